@@ -1,0 +1,30 @@
+"""Builds the typer app from one module per command group.
+
+Each module in `COMMAND_MODULES` exposes `register(app)`. Modules import their heavy dependencies
+(Prefect, SQLModel, paramiko) inside the command functions, so `pitstop --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+COMMAND_MODULES: tuple[str, ...] = (
+    "pitstop.cli.cmd_run",  # run, runs
+    "pitstop.cli.cmd_classify",  # classify
+    "pitstop.cli.cmd_node",  # node-check
+)
+
+
+def build_app() -> typer.Typer:
+    app = typer.Typer(
+        name="pitstop",
+        help="Diagnose, remediate and report failed GPU jobs and unhealthy nodes.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_show_locals=False,
+    )
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(app)
+    return app

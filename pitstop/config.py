@@ -42,10 +42,16 @@ class WrapperSettings(BaseModel):
     attach_max_total_bytes: int = Field(default=20 * 1024 * 1024, ge=0)
     log_excerpt_bytes: int = Field(default=64 * 1024, ge=1024, description="head+tail kept of a large log")
     stderr_tail_lines: int = Field(default=30, ge=0)
+    drain_grace_s: float = Field(
+        default=5.0, ge=0, description="after the command exits, how long its pipes are still read"
+    )
 
 
 class SlurmSettings(BaseModel):
     bin_dir: Path | None = Field(default=None, description="where sinfo/scontrol live; PATH if unset")
+    conf_path: Path | None = Field(
+        default=None, description="slurm.conf to use (sets SLURM_CONF for Slurm's tools)"
+    )
     command_timeout_s: float = Field(default=30.0, gt=0)
     cluster_name: str = "default"
 
@@ -59,8 +65,133 @@ class SshSettings(BaseModel):
     connect_timeout_s: float = 10.0
     command_timeout_s: float = 60.0
     max_concurrency: int = Field(default=32, ge=1)
+    connect_retries: int = Field(default=2, ge=0, description="retries of a failed connect only")
+    retry_backoff_s: float = Field(default=0.5, ge=0, description="first retry delay; doubles")
+    pool_per_host: int = Field(default=4, ge=0, description="idle connections kept per host")
+    max_output_bytes: int = Field(default=1024 * 1024, ge=1024, description="per stream")
+    remote_timeout: bool = Field(
+        default=True, description="run commands under timeout(1) so an abandoned one dies remotely"
+    )
     # logical node name -> "host[:port]" (dev clusters run several nodes on one host)
     addresses: dict[str, str] = Field(default_factory=dict)
+
+
+class PolicySettings(BaseModel):
+    file: Path | None = Field(
+        default=None, description="remediation policy YAML; the built-in default when unset"
+    )
+    # where `canary` mode may act; the run-time setting (`pitstop mode`) can override these
+    canary_partitions: list[str] = Field(default_factory=list)
+    canary_nodes: list[str] = Field(default_factory=list)
+
+
+class TriggerSettings(BaseModel):
+    """Slurm hooks, the event spool and the Prefect deployments (`pitstop epilog|prolog|up`)."""
+
+    prefect_api_url: str | None = Field(
+        default=None, description="Prefect API, e.g. http://127.0.0.1:4200/api; else $PREFECT_API_URL"
+    )
+    deliver_timeout_s: float = Field(
+        default=0.8, gt=0, le=10, description="network budget of one delivery attempt from a hook"
+    )
+    emit_success: bool = Field(default=False, description="also emit events for jobs that succeeded")
+    confirm_success_with_scontrol: bool = Field(
+        default=True,
+        description="EpilogSlurmctld reports TIMEOUT and scancel as 0:0: ask scontrol (~20 ms)",
+    )
+    prolog_checks: list[str] = Field(
+        default_factory=lambda: ["xid", "disk", "nvml"], description="fast node checks before a job"
+    )
+    prolog_timeout_s: float = Field(default=5.0, gt=0, description="budget for the prolog checks")
+    health_sweep_cron: str | None = Field(default=None, description="cron for health_sweep")
+    health_sweep_interval_s: int = Field(
+        default=3600, ge=60, description="health_sweep interval when no cron is set"
+    )
+    flush_interval_s: float = Field(default=5.0, gt=0, description="`pitstop up` spool flush loop")
+    runner_poll_s: float = Field(default=1.0, gt=0, description="how often served deployments poll")
+    server_port: int = Field(default=4200, ge=1, le=65535, description="local server of `pitstop up`")
+    spool_keep_sent: int = Field(default=1000, ge=0, description="delivered events kept for audit")
+
+
+class MountThreshold(BaseModel):
+    """A filesystem a node needs, with its own free-space limits (percent of the filesystem)."""
+
+    path: Path
+    warn_free_pct: float = Field(default=10.0, ge=0, le=100)
+    fail_free_pct: float = Field(default=5.0, ge=0, le=100)
+    warn_free_inodes_pct: float = Field(default=10.0, ge=0, le=100)
+    fail_free_inodes_pct: float = Field(default=5.0, ge=0, le=100)
+
+
+class NodeCheckSettings(BaseModel):
+    """`pitstop node-check`: local health checks of one node (NVML, Xid, InfiniBand, disk, DCGM)."""
+
+    checks: list[str] = Field(
+        default_factory=lambda: ["nvml", "xid", "ib", "disk"],
+        description="checks run when none are named; dcgm is opt-in because it takes minutes",
+    )
+    mounts: list[MountThreshold] = Field(
+        default_factory=list, description="filesystems to check; default: / and PITSTOP_HOME's mount"
+    )
+    gpu_temp_warn_c: int = Field(default=85, gt=0)
+    gpu_temp_fail_c: int = Field(default=95, gt=0)
+    nvml_event_wait_ms: int = Field(
+        default=0, ge=0, le=10_000, description="how long to listen for live Xid events via NVML"
+    )
+    kernel_log_source: str = Field(default="auto", pattern="^(auto|journalctl|dmesg)$")
+    kernel_log_timeout_s: float = Field(default=5.0, gt=0)
+    xid_lookback_s: int = Field(
+        default=24 * 3600, gt=0, description="how far back the first Xid scan on a node looks"
+    )
+    xid_watermark_file: Path | None = Field(
+        default=None, description="last Xid seen; default $PITSTOP_HOME/node/xid-watermark.json"
+    )
+    ib_sysfs_root: Path = Path("/sys/class/infiniband")
+    ib_expected_rate_gbps: float | None = Field(
+        default=None, gt=0, description="ports slower than this are degraded, e.g. 400 for NDR"
+    )
+    # a counter above its limit is a WARN; counters not listed are reported, not judged
+    ib_counter_limits: dict[str, int] = Field(
+        default_factory=lambda: {
+            "symbol_error": 100,
+            "link_downed": 0,
+            "port_rcv_errors": 100,
+            "link_error_recovery": 10,
+            "excessive_buffer_overrun_errors": 0,
+            "local_link_integrity_errors": 0,
+            "port_xmit_discards": 1000,
+        }
+    )
+    ibstat_path: str = "ibstat"
+    dcgmi_path: str = "dcgmi"
+    dcgm_level: int = Field(default=1, ge=1, le=4, description="dcgmi diag -r level for prolog use")
+    dcgm_timeout_s: float = Field(default=900.0, gt=0)
+    tool_timeout_s: float = Field(default=10.0, gt=0, description="budget for ibstat and similar")
+
+
+class PipelineSettings(BaseModel):
+    """The remediation flows (flows/, tasks/) and the demo cluster."""
+
+    approval_timeout_s: int = Field(default=3600, ge=1, description="no answer in time = deny")
+    kernel_log_argv: list[str] = Field(
+        default_factory=lambda: ["journalctl", "-k", "-o", "short-iso", "--no-pager", "--since", "-6h"],
+        description="run on a job's nodes to collect kernel (Xid) lines",
+    )
+    node_check_argv: list[str] = Field(
+        default_factory=lambda: ["pitstop", "node-check", "--json"],
+        description="the quick node check run on nodes over SSH",
+    )
+    node_check_timeout_s: float = Field(default=60.0, gt=0)
+    sweep_batch_size: int = Field(default=32, ge=1, description="nodes per health_sweep task")
+    max_evidence_lines: int = Field(default=12, ge=1, description="evidence lines in a notification")
+    demo_dir: Path | None = Field(default=None, description="demo cluster state; $PITSTOP_HOME/demo")
+    demo_nodes: int = Field(default=8, ge=2)
+    demo_seed: int = 7
+    user_notify_url: str | None = Field(
+        default=None,
+        description="apprise URL for a job's user; {user} is replaced, e.g. mailtos://...?to={user}@example.org",
+    )
+    outbox: bool = Field(default=True, description="also keep each notification as JSON in $PITSTOP_HOME/outbox")
 
 
 class Settings(BaseSettings):
@@ -81,10 +212,18 @@ class Settings(BaseSettings):
     wrapper: WrapperSettings = Field(default_factory=WrapperSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     ssh: SshSettings = Field(default_factory=SshSettings)
+    pipeline: PipelineSettings = Field(default_factory=PipelineSettings)
+    node_check: NodeCheckSettings = Field(default_factory=NodeCheckSettings)
+    triggers: TriggerSettings = Field(default_factory=TriggerSettings)
+    policy: PolicySettings = Field(default_factory=PolicySettings)
 
     @property
     def runs_dir(self) -> Path:
         return self.home / "runs"
+
+    @property
+    def spool_dir(self) -> Path:
+        return self.home / "spool"
 
     @property
     def effective_database_url(self) -> str:

@@ -1,12 +1,22 @@
 """`pitstop` console entry point.
 
 `pitstop run` is dispatched before typer, rich or pydantic are imported: it sits in front of every
-training job, so its start-up cost is paid on every launch. Everything else goes through typer.
+training job, so its start-up cost is paid on every launch. `pitstop epilog|prolog` (Slurm hooks)
+skip typer too. Everything else goes through typer.
 """
 
 from __future__ import annotations
 
 import sys
+
+# Slurm hooks run around every job: skip typer/rich (see pitstop/events/hooks.py).
+HOOKS = ("epilog", "prolog")
+
+
+def _run_hook(name: str) -> int:
+    from pitstop.events import hooks
+
+    return hooks.run_epilog() if name == "epilog" else hooks.run_prolog()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -15,6 +25,8 @@ def main(argv: list[str] | None = None) -> None:
         from pitstop.wrapper.fastpath import main as run_main
 
         sys.exit(run_main(args[1:]))
+    if args and args[0] in HOOKS and not {"-h", "--help"} & set(args[1:]):
+        sys.exit(_run_hook(args[0]))
     from pitstop.cli.app import build_app
 
     build_app()(args=args, prog_name="pitstop")

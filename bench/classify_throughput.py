@@ -1,0 +1,123 @@
+"""Throughput of `pitstop classify` on a big generated log vs `grep -E -c` with the same patterns.
+
+    .venv/bin/python bench/classify_throughput.py [--size-mb 1024] [--keep]
+
+Generates synthetic training-log lines with a few real-format faults at random depths (one near
+the very start, so a reader that only looks at the tail would miss the root cause), times
+`pitstop classify --json` and `grep -E -c -i -f PATTERNS` on it, prints both, the ratio and the
+classifier's peak RSS, and deletes the file. The page cache is warmed first for both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from classifiers.rules import grep_ere_patterns  # noqa: E402
+
+FAULTS = [
+    b"[Tue Mar  4 10:00:01 2025] NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, GPU has fallen off the bus.\n",
+    b"[rank3]:[E ProcessGroupNCCL.cpp:828] [Rank 3] Watchdog caught collective operation timeout: "
+    b"WorkNCCL(SeqNum=118, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600341 milliseconds before timing out.\n",
+    b"epoch 12 step 99120 | loss nan | lr 3.0e-04\n",
+]
+
+
+def _training_block(rng: random.Random, size: int) -> bytes:
+    lines = []
+    total = 0
+    step = 0
+    while total < size:
+        step += 1
+        line = (
+            f"[2025-03-04 10:{step % 60:02d}:{step % 59:02d},{rng.randrange(1000):03d}] [INFO] [rank{rng.randrange(64)}] "
+            f"iteration {step:>8}/ 500000 | consumed samples: {step * 512:>12} | elapsed time per iteration (ms): "
+            f"{rng.uniform(300, 900):.1f} | learning rate: {rng.uniform(1e-5, 3e-4):.3E} | lm loss: {rng.uniform(1.5, 4):.6E} "
+            f"| grad norm: {rng.uniform(0.1, 2):.3f} | tokens/s {rng.randrange(10**5, 10**6)}\n"
+        ).encode()
+        lines.append(line)
+        total += len(line)
+    return b"".join(lines)
+
+
+def generate(path: Path, size_mb: int, seed: int = 7) -> list[int]:
+    """Write ~size_mb MiB of log with FAULTS at random depths; returns the fault byte offsets."""
+    rng = random.Random(seed)
+    block = _training_block(rng, 4 * 1024 * 1024)
+    target = size_mb * 1024 * 1024
+    depths = sorted([rng.randrange(1, 64)] + [rng.randrange(target // 4, target) for _ in FAULTS[1:]])
+    offsets = []
+    written = 0
+    with open(path, "wb") as out:
+        for fault, depth in zip(FAULTS, depths):
+            while written + len(block) <= depth:
+                out.write(block)
+                written += len(block)
+            offsets.append(written)
+            out.write(fault)
+            written += len(fault)
+        while written < target:
+            chunk = block if written + len(block) <= target else block[: block.rfind(b"\n", 0, target - written) + 1]
+            if not chunk:
+                break
+            out.write(chunk)
+            written += len(chunk)
+    return offsets
+
+
+def _timed(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess]:
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True)
+    return time.perf_counter() - start, proc
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=int, default=1024)
+    parser.add_argument("--keep", action="store_true", help="keep the generated log")
+    args = parser.parse_args()
+
+    pitstop = shutil.which("pitstop") or str(Path(sys.executable).with_name("pitstop"))
+    workdir = Path(tempfile.mkdtemp(prefix="pitstop-bench-"))
+    log = workdir / "train.log"
+    patterns = workdir / "patterns.ere"
+    try:
+        patterns.write_text("\n".join(grep_ere_patterns()) + "\n")
+        offsets = generate(log, args.size_mb)
+        print(f"generated {log.stat().st_size / 2**20:.0f} MiB, faults at byte offsets {offsets}")
+        subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
+
+        classify_s, proc = _timed([pitstop, "classify", "--json", str(log)])
+        peak_rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        if proc.returncode != 0:
+            print(proc.stderr.decode(errors="replace"), file=sys.stderr)
+            return 1
+        verdict = json.loads(proc.stdout.decode().splitlines()[0])
+        grep_s, gproc = _timed(["grep", "-E", "-c", "-i", "-f", str(patterns), str(log)])
+        print(f"pitstop classify: {classify_s:.2f} s  -> {verdict['cause']} ({verdict['signature']}), "
+              f"evidence line {verdict['evidence'][0]['line'] if verdict['evidence'] else '-'}")
+        print(f"grep -E -c      : {grep_s:.2f} s  -> {gproc.stdout.decode().strip()} matching lines")
+        print(f"ratio classify/grep: {classify_s / grep_s:.3f}  (target <= 1.0)")
+        print(f"classifier peak RSS: {peak_rss_mb:.0f} MiB  (target < 200)")
+        return 0
+    finally:
+        if args.keep:
+            print(f"kept {log}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

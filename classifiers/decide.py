@@ -1,0 +1,89 @@
+"""Pure decision: log, kernel and scheduler hits in, one Verdict out. No I/O.
+
+The highest-priority hit names the cause (ties: the earliest line wins, since the first fault is
+usually the root). Other hits of the same cause corroborate it; a close runner-up of another cause
+lowers the confidence. A success hit never wins against a scheduler fact that says failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from pitstop.models import Cause, Evidence, Verdict
+
+from classifiers.rule_model import Rule
+from classifiers.scan import Hit
+from classifiers.scheduler_facts import FactHit
+
+MAX_EVIDENCE = 5
+_CLOSE_PRIORITY = 5  # a rival cause within this many priority points makes us less sure
+
+
+class Candidate(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    cause: Cause
+    signature: str
+    priority: int
+    confidence: float
+    hint: str
+    evidence: Evidence
+    order: tuple[int, int, int]  # (source rank, line, rule row): earlier wins ties
+
+
+def candidates_from(
+    hits_by_source: Sequence[Sequence[Hit]], rules: Sequence[Rule], facts: Sequence[FactHit]
+) -> list[Candidate]:
+    out: list[Candidate] = []
+    for rank, hits in enumerate(hits_by_source):
+        for hit in hits:
+            rule = rules[hit.rule_index]
+            out.append(
+                Candidate(
+                    cause=rule.cause, signature=hit.signature, priority=rule.priority,
+                    confidence=rule.confidence, hint=rule.hint,
+                    evidence=Evidence(line=hit.line, text=hit.text, source=hit.source),
+                    order=(rank, hit.line, hit.rule_index),
+                )
+            )
+    for fact in facts:
+        out.append(
+            Candidate(
+                cause=fact.rule.cause, signature=fact.rule.signature, priority=fact.rule.priority,
+                confidence=fact.rule.confidence, hint=fact.rule.hint,
+                evidence=Evidence(line=0, text=fact.text, source="scheduler"),
+                order=(len(hits_by_source), 0, 0),
+            )
+        )
+    return out
+
+
+def decide(candidates: Sequence[Candidate]) -> Verdict:
+    scheduler_says_failed = any(
+        c.evidence.source == "scheduler" and c.cause is not Cause.SUCCESS for c in candidates
+    )
+    pool = [c for c in candidates if not (scheduler_says_failed and c.cause is Cause.SUCCESS)]
+    if not pool:
+        return Verdict(
+            cause=Cause.UNKNOWN, signature="no-match", confidence=0.1,
+            hint="nothing recognisable in the log or scheduler facts: read the log tail",
+        )
+    ranked = sorted(pool, key=lambda c: (-c.priority, c.order))
+    winner = ranked[0]
+    same = [c for c in ranked[1:] if c.cause is winner.cause]
+    rival = next((c for c in ranked[1:] if c.cause is not winner.cause), None)
+    confidence = winner.confidence + 0.03 * min(len(same), 3)
+    if rival is not None and winner.priority - rival.priority < _CLOSE_PRIORITY:
+        confidence *= 0.85
+    evidence = [winner.evidence] + [
+        c.evidence for c in sorted(same, key=lambda c: c.order) if c.evidence != winner.evidence
+    ]
+    return Verdict(
+        cause=winner.cause,
+        signature=winner.signature,
+        confidence=round(min(confidence, 0.99), 3),
+        evidence=evidence[:MAX_EVIDENCE],
+        hint=winner.hint,
+    )

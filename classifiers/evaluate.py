@@ -1,0 +1,125 @@
+"""Evaluate the classifier on a labelled JSONL corpus: per-cause P/R/F1, macro-F1, accuracy, confusion.
+
+Corpus rows: {"text": ..., "label": ...} or {"path": ..., "label": ...} (paths relative to the
+corpus file). Optional "state", "exit_code", "signal" and "kernel" fields become scheduler facts
+and kernel text. `score()` is pure; `load_corpus()` and `evaluate_corpus()` do the reading.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from pitstop.models import Cause, SchedulerFacts
+
+
+class CorpusError(ValueError):
+    """The corpus file is unusable; the message names the file and line."""
+
+
+class Example(BaseModel):
+    id: str
+    label: Cause
+    text: str | None = None
+    path: Path | None = None
+    facts: SchedulerFacts | None = None
+    kernel: str | None = None
+
+
+class CauseScore(BaseModel):
+    cause: Cause
+    precision: float
+    recall: float
+    f1: float
+    support: int
+    predicted: int
+
+
+class Report(BaseModel):
+    total: int
+    accuracy: float
+    macro_f1: float
+    per_cause: list[CauseScore]
+    confusion: dict[str, dict[str, int]] = Field(description="true label -> predicted -> count")
+    mistakes: list[dict] = Field(default_factory=list)
+
+
+def load_corpus(corpus: Path) -> list[Example]:
+    try:
+        raw_lines = corpus.read_bytes().splitlines()
+    except OSError as exc:
+        raise CorpusError(f"cannot read corpus {corpus}: {exc.strerror or exc}") from exc
+    examples: list[Example] = []
+    for number, raw in enumerate(raw_lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw)
+            label = Cause(row["label"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorpusError(f"{corpus}:{number}: need a JSON object with a valid 'label' ({exc})") from exc
+        if "text" not in row and "path" not in row:
+            raise CorpusError(f"{corpus}:{number}: row has neither 'text' nor 'path'")
+        facts = None
+        if any(k in row for k in ("state", "exit_code", "signal")):
+            facts = SchedulerFacts(state=row.get("state"), exit_code=row.get("exit_code"), signal=row.get("signal"))
+        examples.append(
+            Example(
+                id=str(row.get("id", number)), label=label, text=row.get("text"),
+                path=(corpus.parent / row["path"]) if "path" in row else None,
+                facts=facts, kernel=row.get("kernel"),
+            )
+        )
+    return examples
+
+
+def score(pairs: Iterable[tuple[Cause, Cause]], ids: Sequence[str] | None = None) -> Report:
+    """Metrics from (true, predicted) pairs. Causes with neither support nor predictions are left out."""
+    pairs = list(pairs)
+    confusion: dict[str, Counter] = {}
+    for truth, predicted in pairs:
+        confusion.setdefault(truth.value, Counter())[predicted.value] += 1
+    seen = {c for pair in pairs for c in pair}
+    per_cause: list[CauseScore] = []
+    for cause in (c for c in Cause if c in seen):
+        tp = sum(1 for t, p in pairs if t is cause and p is cause)
+        support = sum(1 for t, _ in pairs if t is cause)
+        predicted = sum(1 for _, p in pairs if p is cause)
+        precision = tp / predicted if predicted else 0.0
+        recall = tp / support if support else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        per_cause.append(CauseScore(cause=cause, precision=precision, recall=recall, f1=f1,
+                                    support=support, predicted=predicted))
+    labelled = [s for s in per_cause if s.support]
+    mistakes = []
+    if ids is not None:
+        mistakes = [{"id": i, "label": t.value, "predicted": p.value} for i, (t, p) in zip(ids, pairs) if t is not p]
+    return Report(
+        total=len(pairs),
+        accuracy=sum(1 for t, p in pairs if t is p) / len(pairs) if pairs else 0.0,
+        macro_f1=sum(s.f1 for s in labelled) / len(labelled) if labelled else 0.0,
+        per_cause=per_cause,
+        confusion={k: dict(v) for k, v in confusion.items()},
+        mistakes=mistakes,
+    )
+
+
+def evaluate_corpus(corpus: Path, engine: str | None = None) -> Report:
+    from classifiers import ClassifyError, classify_files, classify_text
+
+    examples = load_corpus(corpus)
+    pairs: list[tuple[Cause, Cause]] = []
+    for ex in examples:
+        try:
+            if ex.path is not None:
+                verdict = classify_files([ex.path], ex.facts, engine=engine)
+            else:
+                verdict = classify_text(ex.text or "", ex.facts, ex.kernel, engine=engine)
+            pairs.append((ex.label, verdict.cause))
+        except ClassifyError:
+            pairs.append((ex.label, Cause.UNKNOWN))
+    return score(pairs, [ex.id for ex in examples])

@@ -1,0 +1,52 @@
+"""The shape of one classification rule. The table itself lives in `rules.py`.
+
+A rule is data: cause, stable signature, one-line pattern, priority and an operator hint.
+Patterns use the regex subset shared by Python `re`, RE2 and Hyperscan (no look-around, no
+back-references) and must never match across a newline: every engine scans whole files and
+reports lines, so a pattern that could span lines would give engine-dependent answers.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from pitstop.models import Cause
+
+# Tokens that would let a pattern run over a line end, or that Hyperscan/RE2 reject.
+_FORBIDDEN = (r"\s", r"\S", r"(?=", r"(?!", r"(?<", r"\n", "[^")
+
+
+class Rule(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    signature: str = Field(description="stable id; '{1}' is replaced by capture group 1")
+    cause: Cause
+    pattern: str = Field(description="one-line regex, case-insensitive unless caseless=False")
+    priority: int = Field(ge=0, le=1000, description="higher wins: root causes beat symptoms")
+    hint: str = Field(description="what an operator should do, in one line")
+    confidence: float = Field(default=0.9, ge=0.0, le=1.0)
+    caseless: bool = True
+
+    @field_validator("pattern")
+    @classmethod
+    def _portable_single_line(cls, pattern: str) -> str:
+        for token in _FORBIDDEN:
+            if token in pattern.replace(r"[^\n", ""):
+                raise ValueError(
+                    f"pattern {pattern!r} uses {token!r}: use ' ' / [ \\t] and write negated "
+                    r"classes as [^\n...] so matches stay on one line in every engine"
+                )
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"pattern {pattern!r} is not a valid regex: {exc}") from exc
+        return pattern
+
+    def signature_for(self, groups: tuple[bytes | None, ...]) -> str:
+        """The signature with `{1}` filled from the match (e.g. the Xid number)."""
+        if "{1}" not in self.signature:
+            return self.signature
+        value = groups[0].decode("ascii", "replace") if groups and groups[0] else "unknown"
+        return self.signature.replace("{1}", value)

@@ -1,0 +1,115 @@
+"""Scan a whole byte stream once and report the first line each rule matches.
+
+Memory stays bounded on any input: the stream is read in fixed windows that end at a line break
+(a line longer than the carry limit is cut, keeping a tail so a match across the cut is still
+found). Line numbers come from counting b'\n' in each window; evidence text is decoded (with
+replacement) only for matched lines and truncated, so a 100 MB line never becomes a 100 MB str.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import BinaryIO
+
+from pydantic import BaseModel, ConfigDict
+
+from classifiers.engines import Engine
+from classifiers.rule_model import Rule
+
+WINDOW_BYTES = 8 * 1024 * 1024
+MAX_CARRY_BYTES = 1024 * 1024  # a partial line longer than this is cut
+CUT_OVERLAP_BYTES = 4096  # kept across a cut: longer than any rule's match
+EVIDENCE_CHARS = 500
+_CONTEXT_BEFORE = 200
+
+
+class Hit(BaseModel):
+    """The first line in one source where one rule matched."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rule_index: int
+    signature: str
+    line: int
+    text: str
+    source: str
+
+
+def evidence_text(raw: bytes) -> str:
+    text = raw.decode("utf-8", errors="replace").replace("\x00", "").rstrip("\r")
+    text = "".join(ch if ch.isprintable() or ch == "\t" else "\ufffd" for ch in text)
+    return text if len(text) <= EVIDENCE_CHARS else text[: EVIDENCE_CHARS - 1] + "…"
+
+
+class _RuleConfirmer:
+    """Re-runs one rule with Python `re` on the matched line to fill its signature template."""
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        self._rules = rules
+        self._compiled: dict[int, re.Pattern[bytes]] = {}
+
+    def signature(self, index: int, line: bytes) -> str:
+        rule = self._rules[index]
+        if "{1}" not in rule.signature:
+            return rule.signature
+        regex = self._compiled.get(index)
+        if regex is None:
+            flags = re.MULTILINE | (re.IGNORECASE if rule.caseless else 0)
+            regex = self._compiled[index] = re.compile(rule.pattern.encode(), flags)
+        match = regex.search(line)
+        return rule.signature_for(match.groups() if match else ())
+
+
+def _line_bounds(window: bytes | bytearray, offset: int) -> tuple[int, int]:
+    start = window.rfind(b"\n", 0, offset) + 1
+    end = window.find(b"\n", offset)
+    return start, len(window) if end < 0 else end
+
+
+def scan_stream(
+    stream: BinaryIO,
+    engine: Engine,
+    rules: Sequence[Rule],
+    source: str,
+    window_bytes: int = WINDOW_BYTES,
+) -> list[Hit]:
+    """First hit per rule over the whole stream, in rule order of discovery."""
+    confirmer = _RuleConfirmer(rules)
+    hits: dict[int, Hit] = {}
+    carry = b""
+    lines_before = 0  # newlines before the start of the current window
+    while True:
+        chunk = stream.read(window_bytes)
+        at_end = not chunk
+        window = carry + chunk if carry else chunk
+        if not window:
+            break
+        if at_end:
+            body, carry = window, b""
+        else:
+            cut = window.rfind(b"\n") + 1
+            if cut == 0 or len(window) - cut > MAX_CARRY_BYTES:
+                # No line end in sight: scan it all, keep a tail for matches across the cut.
+                cut = max(len(window) - CUT_OVERLAP_BYTES, 0) if len(window) > MAX_CARRY_BYTES else 0
+            body, carry = window[:cut], window[cut:]
+        if body:
+            for index, offset in engine.first_matches(body).items():
+                if index in hits:
+                    continue
+                start, end = _line_bounds(body, offset)
+                if end - start > EVIDENCE_CHARS:
+                    start = max(start, offset - _CONTEXT_BEFORE)
+                    end = min(end, start + EVIDENCE_CHARS * 4)
+                raw = bytes(body[start:end])
+                hits[index] = Hit(
+                    rule_index=index,
+                    signature=confirmer.signature(index, raw),
+                    line=lines_before + body.count(b"\n", 0, offset) + 1,
+                    text=evidence_text(raw),
+                    source=source,
+                )
+            lines_before += body.count(b"\n")
+        if at_end:
+            break
+    return sorted(hits.values(), key=lambda hit: hit.line)

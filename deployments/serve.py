@@ -1,0 +1,138 @@
+"""Pitstop's Prefect deployments: which event starts which flow, and when health_sweep runs.
+
+The wiring is a table (`EVENT_ROUTES`): event name, the resource labels it must carry, the flow
+deployment it starts and the flow parameters templated from the event. Prefect turns each
+route into an automation (a `DeploymentEventTrigger`) when the deployments are served.
+
+Event payloads are made by `pitstop.events.models` (JobEnded / NodeAlarm); a single-expression
+template such as "{{ event.payload }}" is rendered as JSON by Prefect, so `facts` and `details`
+arrive as dicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefect import Flow
+from prefect.deployments.runner import RunnerDeployment
+from prefect.events import DeploymentEventTrigger
+
+from pitstop.config import Settings
+from pitstop.events.models import JOB_ENDED, NODE_ALARM
+
+TAGS = ["pitstop"]
+
+
+@dataclass(frozen=True)
+class EventRoute:
+    deployment: str
+    event: str
+    match: dict[str, str]
+    parameters: dict[str, Any]
+    description: str
+
+
+@dataclass(frozen=True)
+class FlowSet:
+    """The three flows; resolved lazily so importing this module does not import every task."""
+
+    post_failure: Flow
+    node_alarm: Flow
+    health_sweep: Flow
+    extra: dict[str, Flow] = field(default_factory=dict)
+
+
+EVENT_ROUTES: tuple[EventRoute, ...] = (
+    EventRoute(
+        deployment="post-failure",
+        event=JOB_ENDED,
+        # only non-success endings; the epilog labels every job.ended event with its outcome
+        match={"pitstop.job.outcome": "failure"},
+        parameters={
+            "job_id": "{{ event.payload.job_id }}",
+            "cluster": "{{ event.payload.cluster }}",
+            "facts": "{{ event.payload }}",
+        },
+        description="A Slurm job ended badly: diagnose, decide, act, record, notify.",
+    ),
+    EventRoute(
+        deployment="node-alarm",
+        event=NODE_ALARM,
+        match={},
+        parameters={
+            "node": "{{ event.payload.node }}",
+            "alarm": "{{ event.payload.alarm }}",
+            "details": "{{ event.payload }}",
+        },
+        description="A node raised an alarm (prolog check, sweep, unexplained DOWN/DRAIN).",
+    ),
+)
+
+
+def trigger_for(route: EventRoute) -> DeploymentEventTrigger:
+    return DeploymentEventTrigger(
+        name=f"pitstop: {route.event} -> {route.deployment}",
+        description=route.description,
+        expect={route.event},
+        match=route.match or {"prefect.resource.id": "pitstop.*"},
+        posture="Reactive",
+        threshold=1,
+        within=0,
+        parameters=route.parameters,
+    )
+
+
+def load_flows() -> FlowSet:
+    from flows.health_sweep import health_sweep
+    from flows.node_alarm import node_alarm
+    from flows.post_failure import post_failure
+
+    return FlowSet(post_failure=post_failure, node_alarm=node_alarm, health_sweep=health_sweep)
+
+
+def health_sweep_schedule(settings: Settings) -> dict[str, Any]:
+    if settings.triggers.health_sweep_cron:
+        return {"cron": settings.triggers.health_sweep_cron}
+    return {"interval": settings.triggers.health_sweep_interval_s}
+
+
+def build_deployments(
+    settings: Settings, flows: FlowSet | None = None, name_suffix: str = ""
+) -> list[RunnerDeployment]:
+    """Deployments to serve: one per event route, plus the scheduled health sweep."""
+    flows = flows or load_flows()
+    by_name: dict[str, Callable] = {
+        "post-failure": flows.post_failure,
+        "node-alarm": flows.node_alarm,
+    }
+    deployments = [
+        by_name[route.deployment].to_deployment(
+            name=route.deployment + name_suffix,
+            triggers=[trigger_for(route)],
+            tags=TAGS,
+            description=route.description,
+        )
+        for route in EVENT_ROUTES
+    ]
+    deployments.append(
+        flows.health_sweep.to_deployment(
+            name="health-sweep" + name_suffix,
+            tags=TAGS,
+            description="Scheduled node checks over SSH on every node; raises node alarms.",
+            **health_sweep_schedule(settings),
+        )
+    )
+    return deployments
+
+
+def serve_deployments(settings: Settings, deployments: list[RunnerDeployment]) -> None:
+    """Blocks: registers the deployments and their automations, then runs what they trigger."""
+    from prefect import serve
+
+    serve(
+        *deployments,
+        query_seconds=settings.triggers.runner_poll_s,
+        print_starting_message=False,
+    )

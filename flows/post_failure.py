@@ -1,0 +1,89 @@
+"""post_failure: a job ended badly -> evidence, verdict, decision, actions, records, notification.
+
+Idempotent: the incident is keyed by (cluster, job id, end time); a second delivery of the same
+event finds it finished (or being handled) and does nothing; a run killed mid-way is re-run
+safely because every action is journaled and finished ones are skipped.
+"""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger
+from pydantic import BaseModel, Field
+
+from pitstop.models import Verdict
+from tasks import journal
+from tasks.classify import classify_job
+from tasks.context import build_context
+from tasks.decide import decide_remediation
+from tasks.evidence import gather_job_evidence
+from tasks.message import ActionLine, IncidentSummary
+from tasks.notify import notify_incident
+from tasks.remediate import carry_out
+from tasks.tickets import open_rma_ticket
+
+
+class FlowReport(BaseModel):
+    """What a remediation flow run returns (also what `pitstop demo` prints)."""
+
+    incident_id: int | None = None
+    subject: str
+    status: str = Field(description="done | duplicate | busy | failed")
+    verdict: Verdict | None = None
+    actions: list[ActionLine] = Field(default_factory=list)
+    explain: list[str] = Field(default_factory=list)
+    notified: list[str] = Field(default_factory=list)
+    flow_run_url: str | None = None
+
+
+@flow(name="post-failure", flow_run_name="post-failure-job-{job_id}", log_prints=False)
+def post_failure(job_id: str, cluster: str | None = None, facts: dict | None = None) -> FlowReport:
+    log = get_run_logger()
+    ctx = build_context(cluster=cluster)
+    job = ctx.scheduler.job(str(job_id))
+    handle = journal.open_job_incident(ctx, job)
+    if handle.status == "done":
+        log.info("incident %s for job %s is already remediated: nothing to do", handle.id, job_id)
+        return FlowReport(incident_id=handle.id, subject=f"job {job_id}", status="duplicate")
+    try:
+        with journal.incident_lock(ctx, handle.id):
+            return _remediate(ctx, handle, job, facts)
+    except journal.IncidentBusy as busy:
+        log.info("%s: leaving it to that run", busy)
+        return FlowReport(incident_id=handle.id, subject=f"job {job_id}", status="busy")
+
+
+def _remediate(ctx, handle, job, facts) -> FlowReport:
+    from pitstop.policy.decide import Decision
+
+    evidence = gather_job_evidence(ctx, job, handle.id, facts)
+    verdict = classify_job(evidence)
+    journal.save_verdict(ctx, handle.id, verdict)
+    fresh = journal.incident_decision(ctx, handle.id)
+    if fresh is not None:
+        decision = Decision.model_validate(fresh)  # a re-run keeps the first run's plan
+    else:
+        faulty = evidence.failing_nodes or None
+        decision = decide_remediation(ctx, handle.id, verdict, job=job, faulty_nodes=faulty)
+        journal.update_incident(ctx, handle.id, decision=decision.model_dump(mode="json"), status="acting")
+
+    def summary(lines, waiting=None) -> IncidentSummary:
+        return IncidentSummary(
+            incident_id=handle.id, subject_kind="job", subject=job.job_id, cluster=ctx.cluster_name,
+            mode=decision.mode, dry_run=decision.dry_run, verdict=verdict, user=job.user,
+            nodes=job.nodes, actions=lines, explain=decision.explain(), problems=evidence.problems,
+            flow_run_url=ctx.flow_run_url, awaiting_approval=waiting,
+        )
+
+    def ask(action) -> None:
+        notify_incident(ctx, summary([], waiting=action.describe()), to_user=False)
+
+    outcome = carry_out(ctx, handle.id, decision, ask, lambda a, f: open_rma_ticket(ctx, handle.id, a, verdict, evidence.model_dump(mode="json"), f))
+    deliveries = notify_incident(ctx, summary(outcome.lines))
+    journal.finish_notifications(ctx, handle.id, deliveries)
+    journal.settle_notify_lines(outcome.lines, deliveries)
+    journal.update_incident(ctx, handle.id, status="done")
+    return FlowReport(
+        incident_id=handle.id, subject=f"job {job.job_id}", status="done", verdict=verdict,
+        actions=outcome.lines, explain=decision.explain(),
+        notified=[f"{d.audience}: {d.status}" for d in deliveries], flow_run_url=ctx.flow_run_url,
+    )

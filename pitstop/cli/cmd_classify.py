@@ -1,0 +1,121 @@
+"""`pitstop classify`: name the root cause of each log, or score the classifier on a corpus.
+
+Fast path: no Prefect, no SQLModel. The classifier package is imported inside the command.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def _verdict_json(path: str, verdict) -> str:
+    return json.dumps(
+        {
+            "path": path,
+            "cause": verdict.cause.value,
+            "signature": verdict.signature,
+            "confidence": verdict.confidence,
+            "evidence": [{"line": e.line, "text": e.text, "source": e.source} for e in verdict.evidence],
+            "hint": verdict.hint,
+        },
+        ensure_ascii=False,
+    )
+
+
+def _print_human(path: str, verdict) -> None:
+    typer.echo(f"{path}: {verdict.cause.value} ({verdict.signature}, confidence {verdict.confidence:.2f})")
+    if verdict.hint:
+        typer.echo(f"  hint: {verdict.hint}")
+    for e in verdict.evidence:
+        where = f"{e.source}:{e.line}" if e.line else e.source
+        typer.echo(f"  {where}: {e.text}")
+
+
+def _print_report(report, as_json: bool) -> None:
+    if as_json:
+        typer.echo(report.model_dump_json())
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"classifier on {report.total} examples")
+    for column in ("cause", "precision", "recall", "F1", "support", "predicted"):
+        table.add_column(column, justify="left" if column == "cause" else "right")
+    for s in report.per_cause:
+        table.add_row(s.cause.value, f"{s.precision:.3f}", f"{s.recall:.3f}", f"{s.f1:.3f}",
+                      str(s.support), str(s.predicted))
+    console.print(table)
+    console.print(f"macro-F1 {report.macro_f1:.3f}   accuracy {report.accuracy:.3f}")
+    causes = [s.cause.value for s in report.per_cause]
+    matrix = Table(title="confusion (rows: true label, columns: predicted)")
+    matrix.add_column("true \\ pred")
+    for cause in causes:
+        matrix.add_column(cause[:8], justify="right")
+    for truth in causes:
+        row = report.confusion.get(truth, {})
+        matrix.add_row(truth, *[str(row.get(p, "")) or "." for p in causes])
+    console.print(matrix)
+
+
+def classify(
+    paths: Optional[list[Path]] = typer.Argument(None, help="log files; each gets its own verdict"),
+    state: Optional[str] = typer.Option(None, "--state", help="Slurm job state, e.g. TIMEOUT"),
+    exit_code: Optional[int] = typer.Option(None, "--exit-code", help="the job's exit code"),
+    signal: Optional[int] = typer.Option(None, "--signal", help="signal that killed the job"),
+    kernel_log: Optional[Path] = typer.Option(None, "--kernel-log", help="node kernel log (dmesg/journal)"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object per PATH, one per line"),
+    eval_corpus: Optional[Path] = typer.Option(None, "--eval", help="score on a labelled JSONL corpus"),
+    engine: Optional[str] = typer.Option(None, "--engine", help="hyperscan | re2 | re (default: fastest)"),
+) -> None:
+    """Name the root cause of a failed job from its log(s), with the lines that prove it."""
+    from pitstop.models import SchedulerFacts
+
+    if eval_corpus is not None:
+        from classifiers.evaluate import CorpusError, evaluate_corpus
+
+        try:
+            _print_report(evaluate_corpus(eval_corpus, engine=engine), as_json)
+        except CorpusError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        return
+    if not paths:
+        typer.echo("error: give at least one log PATH (or --eval CORPUS.jsonl)", err=True)
+        raise typer.Exit(2)
+
+    from classifiers import ClassifyError, classify_files
+
+    facts = None
+    if state is not None or exit_code is not None or signal is not None:
+        facts = SchedulerFacts(state=state, exit_code=exit_code, signal=signal)
+    failed = False
+    for path in paths:
+        try:
+            verdict = classify_files([path], facts, kernel_log, engine=engine)
+        except ClassifyError as exc:
+            failed = True
+            if as_json:
+                typer.echo(json.dumps({"path": str(path), "error": str(exc)}, ensure_ascii=False))
+            else:
+                typer.echo(f"{path}: error: {exc}", err=True)
+            continue
+        except ValueError as exc:  # e.g. an unknown --engine
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        if as_json:
+            typer.echo(_verdict_json(str(path), verdict))
+        else:
+            _print_human(str(path), verdict)
+        sys.stdout.flush()
+    if failed:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("classify")(classify)

@@ -1,0 +1,452 @@
+"""The built-in demo cluster: a `Scheduler` and a `RemoteRunner` that need no Slurm and no GPU.
+
+State lives in one JSON file (`$PITSTOP_HOME/demo/cluster.json`, written atomically under an
+exclusive file lock) so a flow in one process and `pitstop nodes` in another see the same
+cluster. Faults come from the Llama 3 interruption mix (`demo_faults.FAULTS`) with a seed, so a
+demo run is reproducible. Every change a caller makes is appended to an action log: tests and
+`pitstop demo` read it to prove what was (and was not) done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import random
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from pitstop.cluster.base import (
+    ClusterError,
+    HostResult,
+    HostStatus,
+    JobChanges,
+    JobRecord,
+    NodeInfo,
+    NotFound,
+    validate_job_id,
+    validate_node_name,
+)
+from pitstop.cluster.demo_faults import FAULTS, FAULTS_BY_NAME, PREAMBLE, FaultKind
+
+DEMO_EPOCH = datetime(2025, 1, 6, 8, 0, tzinfo=timezone.utc)  # fixed: seeded runs are identical
+
+
+class DemoNode(BaseModel):
+    info: NodeInfo
+    health: str = "ok"  # ok | gpu_fail | transient | down
+    kernel_log: list[str] = Field(default_factory=list)
+    pci: str = "0000:3b:00"
+
+
+class DemoAction(BaseModel):
+    seq: int
+    op: str
+    target: str
+    detail: dict = Field(default_factory=dict)
+    at: datetime
+
+
+class DemoState(BaseModel):
+    name: str = "demo"
+    seed: int = 0
+    next_job_id: int = 1000
+    fault_count: int = 0
+    nodes: dict[str, DemoNode] = Field(default_factory=dict)
+    jobs: dict[str, JobRecord] = Field(default_factory=dict)
+    actions: list[DemoAction] = Field(default_factory=list)
+
+
+class InjectedFault(BaseModel):
+    job_id: str
+    fault: str
+    nodes: list[str]
+
+
+class DemoCluster:
+    """Implements `Scheduler` and `RemoteRunner` over the JSON state in `root`."""
+
+    def __init__(self, root: Path, name: str = "demo") -> None:
+        self.root = Path(root)
+        self.name = name
+        self.state_path = self.root / "cluster.json"
+        self.logs_dir = self.root / "jobs"
+
+    # ---- state file -------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, root: Path, nodes: int = 8, partition: str = "gpu", seed: int = 0, name: str = "demo"
+    ) -> "DemoCluster":
+        """A fresh healthy cluster of `nodes` 8-GPU nodes (replaces any earlier state)."""
+        cluster = cls(root, name)
+        cluster.root.mkdir(parents=True, exist_ok=True)
+        state = DemoState(name=name, seed=seed)
+        for index in range(1, nodes + 1):
+            node = f"gpu{index:02d}"
+            state.nodes[node] = DemoNode(
+                info=NodeInfo(
+                    name=node, state="IDLE", partitions=[partition], gres="gpu:h100:8", cpus=96
+                ),
+                pci=f"0000:{0x18 + 0x10 * (index % 8):02x}:00",
+            )
+        with cluster._locked() as _:
+            cluster._write(state)
+        return cluster
+
+    def exists(self) -> bool:
+        return self.state_path.is_file()
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / "cluster.lock", "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield None
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _read(self) -> DemoState:
+        try:
+            text = self.state_path.read_bytes()
+        except FileNotFoundError:
+            raise ClusterError(
+                f"no demo cluster at {self.state_path}: run `pitstop demo` to create one"
+            ) from None
+        try:
+            return DemoState.model_validate_json(text)
+        except ValueError as exc:
+            raise ClusterError(
+                f"demo cluster state {self.state_path} is corrupt ({exc.__class__.__name__}); "
+                "delete it and run `pitstop demo` again"
+            ) from exc
+
+    def _write(self, state: DemoState) -> None:
+        tmp = self.state_path.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(state.model_dump_json(indent=1))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, self.state_path)
+
+    @contextlib.contextmanager
+    def _mutate(self) -> Iterator[DemoState]:
+        with self._locked():
+            state = self._read()
+            yield state
+            self._write(state)
+
+    @staticmethod
+    def _log(state: DemoState, op: str, target: str, **detail) -> None:
+        state.actions.append(
+            DemoAction(
+                seq=len(state.actions) + 1,
+                op=op,
+                target=target,
+                detail=detail,
+                at=datetime.now(timezone.utc),
+            )
+        )
+
+    def actions(self) -> list[DemoAction]:
+        """Every change made to the cluster so far, oldest first."""
+        with self._locked():
+            return self._read().actions
+
+    # ---- fault injection --------------------------------------------------------------------
+
+    def inject_faults(self, count: int, seed: int | None = None, kinds: list[str] | None = None) -> list[InjectedFault]:
+        """Run `count` jobs that each fail with a fault drawn from the mix (or from `kinds`).
+
+        Writes each job's log file and appends the kernel lines to the node's kernel log.
+        """
+        with self._mutate() as state:
+            rng = random.Random(state.seed * 1_000_003 + state.fault_count if seed is None else seed)
+            healthy = [n for n, node in state.nodes.items() if node.health == "ok" and not node.info.is_drained]
+            injected: list[InjectedFault] = []
+            for index in range(count):
+                fault = (
+                    FAULTS_BY_NAME[kinds[index % len(kinds)]]
+                    if kinds
+                    else rng.choices(FAULTS, weights=[f.share for f in FAULTS])[0]
+                )
+                if len(healthy) < 2:
+                    break
+                nodes = sorted(rng.sample(healthy, 2))
+                culprit = nodes[0]
+                job = self._fail_job(state, fault, nodes, culprit, rng)
+                injected.append(InjectedFault(job_id=job.job_id, fault=fault.name, nodes=nodes))
+                if fault.node_health != "ok":
+                    healthy.remove(culprit)
+            state.fault_count += len(injected)
+        return injected
+
+    def _fail_job(
+        self, state: DemoState, fault: FaultKind, nodes: list[str], culprit: str, rng: random.Random
+    ) -> JobRecord:
+        job_id = str(state.next_job_id)
+        state.next_job_id += 1
+        start = DEMO_EPOCH + timedelta(hours=state.fault_count + len(state.jobs))
+        end = start + timedelta(minutes=rng.randint(20, 600))
+        values = {
+            "job": job_id,
+            "node": culprit,
+            "rank": rng.randint(0, 15),
+            "pci": state.nodes[culprit].pci,
+            "pid": rng.randint(10_000, 99_999),
+            "peer": f"10.0.0.{rng.randint(2, 250)}",
+        }
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.logs_dir / f"slurm-{job_id}.out"
+        lines = [line.format(**values) for line in PREAMBLE + fault.log_lines]
+        log_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        uptime = 86_400 + rng.randint(0, 400_000)
+        node = state.nodes[culprit]
+        for line in fault.kernel_lines:
+            uptime += 1
+            node.kernel_log.append(f"[{uptime}.{rng.randint(0, 999_999):06d}] {line.format(**values)}")
+        if fault.node_health != "ok":
+            node.health = fault.node_health
+        if fault.node_health == "down":
+            node.info.state = "DOWN"
+            node.info.flags = []
+            node.info.reason = "Not responding"
+            node.info.reason_user = "slurm"
+        job = JobRecord(
+            job_id=job_id,
+            name="llama-pretrain",
+            user="alice",
+            partition=node.info.partitions[0] if node.info.partitions else None,
+            state=fault.job_state,
+            exit_code=fault.exit_code,
+            signal=fault.signal,
+            nodes=nodes,
+            submit_time=start - timedelta(minutes=2),
+            start_time=start,
+            end_time=end,
+            time_limit_min=720,
+            stdout_path=str(log_path),
+            stderr_path=str(log_path),
+            work_dir="/workspace",
+            command="/workspace/train.sh",
+        )
+        state.jobs[job_id] = job
+        return job
+
+    # ---- Scheduler ----------------------------------------------------------------------------
+
+    def nodes(self, partition: str | None = None) -> list[NodeInfo]:
+        with self._locked():
+            state = self._read()
+        return [
+            n.info for n in state.nodes.values() if partition is None or partition in n.info.partitions
+        ]
+
+    def node(self, name: str) -> NodeInfo:
+        validate_node_name(name)
+        with self._locked():
+            state = self._read()
+        if name not in state.nodes:
+            raise NotFound(f"node {name} is not in the demo cluster")
+        return state.nodes[name].info
+
+    def job(self, job_id: str) -> JobRecord:
+        job_id = validate_job_id(job_id)
+        with self._locked():
+            state = self._read()
+        if job_id not in state.jobs:
+            raise NotFound(f"job {job_id} is not in the demo cluster")
+        return state.jobs[job_id]
+
+    def jobs(self, user: str | None = None) -> list[JobRecord]:
+        with self._locked():
+            state = self._read()
+        return [j for j in state.jobs.values() if user is None or j.user == user]
+
+    def _node_for_change(self, state: DemoState, name: str) -> DemoNode:
+        validate_node_name(name)
+        if name not in state.nodes:
+            raise NotFound(f"node {name} is not in the demo cluster")
+        return state.nodes[name]
+
+    def drain(self, node: str, reason: str) -> None:
+        if not reason.strip():
+            raise ClusterError(f"refusing to drain {node} without a reason")
+        with self._mutate() as state:
+            info = self._node_for_change(state, node).info
+            if "DRAIN" not in info.flags:
+                info.flags.append("DRAIN")
+            info.reason, info.reason_user = reason, "pitstop"
+            info.reason_time = datetime.now(timezone.utc)
+            self._log(state, "drain", node, reason=reason)
+
+    def resume(self, node: str) -> None:
+        with self._mutate() as state:
+            demo_node = self._node_for_change(state, node)
+            if demo_node.health == "down":
+                raise ClusterError(f"cannot resume {node}: it is not responding")
+            demo_node.info.flags = [f for f in demo_node.info.flags if not f.startswith("DRAIN")]
+            demo_node.info.state = "IDLE"
+            demo_node.info.reason = demo_node.info.reason_user = demo_node.info.reason_time = None
+            self._log(state, "resume", node)
+
+    def reboot(self, node: str, reason: str) -> None:
+        with self._mutate() as state:
+            demo_node = self._node_for_change(state, node)
+            # A reboot clears what the fault table calls transient; a dead GPU stays dead.
+            if demo_node.health in {"transient", "down"}:
+                demo_node.health = "ok"
+            demo_node.info.state = "IDLE"
+            demo_node.kernel_log.append("[5.000001] Linux version 6.1.0-demo (rebooted by pitstop)")
+            self._log(state, "reboot", node, reason=reason)
+
+    def requeue(self, job_id: str, hold: bool = False) -> None:
+        job_id = validate_job_id(job_id)
+        with self._mutate() as state:
+            job = self._job_for_change(state, job_id)
+            job.state = "PENDING"
+            job.restart_count += 1
+            job.reason = "JobHeldUser" if hold else "BeginTime"
+            self._log(state, "requeue", job_id, hold=hold)
+
+    def _job_for_change(self, state: DemoState, job_id: str) -> JobRecord:
+        if job_id not in state.jobs:
+            raise NotFound(f"job {job_id} is not in the demo cluster")
+        return state.jobs[job_id]
+
+    def update_job(self, job_id: str, changes: JobChanges) -> None:
+        job_id = validate_job_id(job_id)
+        with self._mutate() as state:
+            job = self._job_for_change(state, job_id)
+            job.excluded_nodes = sorted(set(job.excluded_nodes) | set(changes.exclude_nodes))
+            if changes.time_limit_min:
+                job.time_limit_min = changes.time_limit_min
+            self._log(state, "update_job", job_id, **changes.model_dump(exclude_defaults=True))
+
+    def resubmit(self, job_id: str, changes: JobChanges) -> str:
+        job_id = validate_job_id(job_id)
+        with self._mutate() as state:
+            old = self._job_for_change(state, job_id)
+            new_id = str(state.next_job_id)
+            state.next_job_id += 1
+            state.jobs[new_id] = old.model_copy(
+                update={
+                    "job_id": new_id,
+                    "state": "PENDING",
+                    "exit_code": None,
+                    "signal": None,
+                    "nodes": [],
+                    "start_time": None,
+                    "end_time": None,
+                    "excluded_nodes": sorted(set(changes.exclude_nodes)),
+                    "time_limit_min": changes.time_limit_min or old.time_limit_min,
+                }
+            )
+            self._log(state, "resubmit", job_id, new_job_id=new_id)
+        return new_id
+
+    # ---- RemoteRunner -----------------------------------------------------------------------
+
+    def run(self, host: str, argv: list[str], timeout_s: float | None = None) -> HostResult:
+        started = time.monotonic()
+        try:
+            validate_node_name(host)
+            with self._locked():
+                state = self._read()
+            node = state.nodes.get(host)
+            if node is None:
+                return HostResult(host=host, status=HostStatus.ERROR, error=f"unknown host {host}")
+            if node.health == "down":
+                return HostResult(
+                    host=host,
+                    status=HostStatus.TIMEOUT,
+                    error=f"{host}: connection timed out (node is not responding)",
+                    duration_s=timeout_s or 10.0,
+                )
+            code, out, err = _demo_command(node, argv)
+            status = HostStatus.OK if code == 0 or argv[:2] == ["pitstop", "node-check"] else HostStatus.ERROR
+            return HostResult(
+                host=host,
+                status=status,
+                exit_code=code,
+                stdout=out,
+                stderr=err,
+                error=None if status is HostStatus.OK else err.strip() or f"exit {code}",
+                duration_s=time.monotonic() - started,
+            )
+        except Exception as exc:  # a failed host never raises out of the runner
+            return HostResult(host=host, status=HostStatus.ERROR, error=f"{host}: {exc}")
+
+    def fan_out(
+        self, hosts: list[str], argv: list[str], timeout_s: float | None = None
+    ) -> list[HostResult]:
+        return [self.run(host, argv, timeout_s) for host in hosts]
+
+
+def _demo_command(node: DemoNode, argv: list[str]) -> tuple[int, str, str]:
+    """What the few commands Pitstop runs on a node print on this demo node."""
+    program = Path(argv[0]).name if argv else ""
+    if program in {"dmesg", "journalctl"}:
+        return 0, "".join(line + "\n" for line in node.kernel_log), ""
+    if program == "pitstop" and argv[1:2] == ["node-check"]:
+        report = _node_check_report(node)
+        return {"OK": 0, "WARN": 1, "FAIL": 2}[report["overall"]], json.dumps(report), ""
+    if program == "dcgmi" and argv[1:2] == ["diag"]:
+        ok = node.health == "ok"
+        verdict = "Pass" if ok else "Fail"
+        text = (
+            "+---------------------------+------------------------------------------------+\n"
+            "| Diagnostic                | Result                                         |\n"
+            "+===========================+================================================+\n"
+            f"| Memory                    | {verdict:<46} |\n"
+            f"| Diagnostic                | {verdict:<46} |\n"
+            "+---------------------------+------------------------------------------------+\n"
+        )
+        return (0 if ok else 226), text, ""
+    if program == "nvidia-smi" and "--gpu-reset" in argv:
+        if node.health == "gpu_fail":
+            return 1, "", f"Unable to reset GPU {node.pci}: GPU is lost (fallen off the bus)"
+        if node.health == "transient":
+            node.health = "ok"  # not persisted: the runner reads a copy; a reset is advisory here
+        return 0, f"GPU {node.pci} was successfully reset.", ""
+    if program == "true":
+        return 0, "", ""
+    return 127, "", f"{program or '(empty)'}: command not found on demo node {node.info.name}"
+
+
+def _node_check_report(node: DemoNode) -> dict:
+    from pitstop.models import CheckResult, CheckStatus, NodeCheckReport
+
+    gpu_status = {
+        "ok": CheckStatus.OK,
+        "transient": CheckStatus.FAIL,
+        "gpu_fail": CheckStatus.FAIL,
+    }.get(node.health, CheckStatus.FAIL)
+    xids = [line for line in node.kernel_log if "NVRM: Xid" in line]
+    checks = [
+        CheckResult(
+            name="nvml",
+            status=gpu_status,
+            summary="8 GPUs healthy" if gpu_status is CheckStatus.OK else f"GPU at PCI:{node.pci} unhealthy",
+        ),
+        CheckResult(
+            name="xid",
+            status=CheckStatus.FAIL if xids and node.health != "ok" else CheckStatus.OK,
+            summary=f"{len(xids)} Xid line(s) in the kernel log" if xids else "no Xid lines",
+            details={"lines": xids[-10:]},
+        ),
+        CheckResult(name="ib", status=CheckStatus.OK, summary="2 ports Active at 400 Gb/sec"),
+    ]
+    overall = CheckStatus.FAIL if any(c.status is CheckStatus.FAIL for c in checks) else CheckStatus.OK
+    return NodeCheckReport(
+        node=node.info.name,
+        checked_at=datetime.now(timezone.utc).isoformat(),
+        overall=overall,
+        checks=checks,
+    ).model_dump(mode="json")

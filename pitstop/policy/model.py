@@ -1,0 +1,268 @@
+"""The remediation policy as data: a pydantic model, loaded from YAML, with a built-in default.
+
+A policy maps (cause, signature glob) to an ordered list of action templates, and holds every
+safety number the decision function uses: approvals, retry limits, blast radius, storm guard,
+escalation ladders, sticky/self-clearing faults and lemon thresholds. No I/O except `load_policy`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from enum import StrEnum
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from pitstop.models import Cause
+
+DEFAULT_POLICY_RESOURCE = "default_policy.yaml"
+
+
+class ActionKind(StrEnum):
+    REQUEUE = "requeue"
+    DRAIN = "drain"
+    REBOOT = "reboot"
+    GPU_RESET = "gpu_reset"
+    RESUME = "resume"
+    DIAG = "diag"
+    RMA_TICKET = "rma_ticket"
+    NOTIFY_USER = "notify_user"
+    NOTIFY_OPS = "notify_ops"
+    NONE = "none"
+
+
+# Kinds that change a node in the scheduler or on the host: ownership, breaker and mode apply.
+NODE_CHANGING = frozenset(
+    {ActionKind.DRAIN, ActionKind.REBOOT, ActionKind.GPU_RESET, ActionKind.RESUME}
+)
+# Kinds aimed at a node (the faulty ones) rather than at the job or at people.
+NODE_TARGETED = NODE_CHANGING | {ActionKind.DIAG, ActionKind.RMA_TICKET}
+# Kinds that only tell people: they run in every mode, so observe mode still reports.
+NOTIFYING = frozenset({ActionKind.NOTIFY_USER, ActionKind.NOTIFY_OPS, ActionKind.NONE})
+
+# A rule step that means "whatever the node's escalation ladder says now".
+ESCALATE = "escalate"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ActionTemplate(_Strict):
+    """One step of a rule. In YAML either a bare kind (`drain`) or a one-key mapping
+    (`diag: {level: 3}`, `requeue: {time_limit_factor: 1.5}`)."""
+
+    kind: ActionKind | str = Field(description="an ActionKind, or 'escalate' for the ladder rung")
+    level: int | None = Field(default=None, ge=1, le=4, description="diag level (DCGM -r)")
+    exclude_faulty_nodes: bool = Field(default=True, description="requeue: exclude bad nodes")
+    time_limit_factor: float | None = Field(default=None, gt=1.0, description="requeue")
+    max_time_limit_min: int | None = Field(default=None, gt=0)
+    env: dict[str, str] = Field(default_factory=dict, description="requeue: e.g. NCCL_* overrides")
+    after_diag_passes: bool = Field(default=False, description="resume only if diag passed")
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v: Any) -> ActionKind | str:
+        if v == ESCALATE:
+            return ESCALATE
+        try:
+            return ActionKind(v)
+        except ValueError:
+            known = ", ".join([k.value for k in ActionKind] + [ESCALATE])
+            raise ValueError(f"unknown action {v!r}; known actions: {known}") from None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_forms(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"kind": data}
+        if isinstance(data, dict) and "kind" not in data and len(data) == 1:
+            (kind, params), = data.items()
+            if params is None:
+                params = {}
+            if not isinstance(params, dict):
+                # `diag: 3` is a natural thing to write
+                params = {"level": params} if kind == "diag" else {"value": params}
+            return {"kind": kind, **params}
+        return data
+
+
+class Rule(_Strict):
+    """What to do for a cause, optionally narrowed to signatures matching a glob (`xid-4[89]`)."""
+
+    cause: Cause
+    signature: str | None = Field(default=None, description="fnmatch glob; None matches all")
+    description: str = ""
+    ladder: str | None = Field(default=None, description="name of the ladder `escalate` uses")
+    max_same_failures: int | None = Field(
+        default=None, ge=0, description="requeue at most this many times for the same failure"
+    )
+    actions: list[ActionTemplate] = Field(min_length=1)
+
+    def matches(self, cause: Cause, signature: str) -> bool:
+        if cause is not self.cause:
+            return False
+        return self.signature is None or fnmatch.fnmatchcase(signature, self.signature)
+
+    @property
+    def rule_id(self) -> str:
+        return f"{self.cause.value}:{self.signature or '*'}"
+
+
+class Ladder(_Strict):
+    """Escalation per node: rung N is used when the same fault came back N times in the window."""
+
+    window_hours: float = Field(default=72.0, gt=0)
+    rungs: list[ActionTemplate] = Field(min_length=1)
+
+    @field_validator("rungs")
+    @classmethod
+    def _no_nested_escalate(cls, rungs: list[ActionTemplate]) -> list[ActionTemplate]:
+        if any(r.kind == ESCALATE for r in rungs):
+            raise ValueError("a ladder rung cannot be 'escalate'")
+        return rungs
+
+
+class FaultBehaviour(StrEnum):
+    STICKY = "sticky"  # keeps the node out until it passes diagnostics
+    SELF_CLEARING = "self_clearing"  # damped: acts only on N occurrences in a window
+
+
+class FaultClass(_Strict):
+    signature: str = Field(description="fnmatch glob over signatures, e.g. xid-9[45]")
+    behaviour: FaultBehaviour
+    occurrences: int = Field(default=1, ge=1, description="self-clearing: act at this many")
+    window_minutes: float = Field(default=60.0, gt=0)
+    diag_level: int = Field(default=3, ge=1, le=4, description="sticky: diag needed to resume")
+
+
+class BlastRadius(_Strict):
+    """Beyond these an automatic drain is not refused but needs a human's approval."""
+
+    max_partition_percent: float = Field(default=25.0, gt=0, le=100)
+    max_nodes_per_hour: int = Field(default=4, ge=0)
+
+
+class StormGuard(_Strict):
+    """Circuit breakers: passing a limit opens the breaker; only a human closes it."""
+
+    window_minutes: float = Field(default=60.0, gt=0)
+    partition_max_drains: int | None = Field(default=8, ge=0)
+    partition_max_percent: float | None = Field(default=50.0, gt=0, le=100)
+    cluster_max_drains: int | None = Field(default=16, ge=0)
+    cluster_max_percent: float | None = Field(default=20.0, gt=0, le=100)
+    min_healthy_nodes: int = Field(default=1, ge=0, description="never drain the last N healthy")
+
+
+class LemonThresholds(_Strict):
+    """Meta's lemon-node signals over a window; any one reached flags the node."""
+
+    window_days: float = Field(default=28.0, gt=0)
+    distinct_failed_jobs: int = Field(default=5, ge=1)
+    xid_count: int = Field(default=20, ge=1)
+    tickets: int = Field(default=2, ge=1)
+    node_fail_rate: float = Field(default=0.3, gt=0, le=1, description="node faults / jobs run")
+    min_jobs_for_rate: int = Field(default=10, ge=1, description="rate ignored below this")
+
+
+class Policy(_Strict):
+    version: int = 1
+    approval_required: set[ActionKind] = Field(
+        default_factory=lambda: {ActionKind.REBOOT, ActionKind.RMA_TICKET}
+    )
+    max_same_failures: int = Field(default=2, ge=0, description="default requeue limit")
+    blast_radius: BlastRadius = Field(default_factory=BlastRadius)
+    storm_guard: StormGuard = Field(default_factory=StormGuard)
+    ladders: dict[str, Ladder] = Field(default_factory=dict)
+    faults: list[FaultClass] = Field(default_factory=list)
+    lemon: LemonThresholds = Field(default_factory=LemonThresholds)
+    rules: list[Rule] = Field(min_length=1)
+    fallback: list[ActionTemplate] = Field(
+        default_factory=lambda: [ActionTemplate(kind=ActionKind.NOTIFY_OPS)],
+        description="used when no rule matches",
+    )
+
+    @model_validator(mode="after")
+    def _ladders_exist(self) -> "Policy":
+        for i, rule in enumerate(self.rules):
+            uses = any(a.kind == ESCALATE for a in rule.actions)
+            if uses and rule.ladder is None:
+                raise ValueError(f"rules[{i}] ({rule.rule_id}) uses 'escalate' but names no ladder")
+            if rule.ladder is not None and rule.ladder not in self.ladders:
+                known = ", ".join(sorted(self.ladders)) or "none defined"
+                raise ValueError(
+                    f"rules[{i}] ({rule.rule_id}) names ladder {rule.ladder!r}; ladders: {known}"
+                )
+        return self
+
+    def rule_for(self, cause: Cause, signature: str) -> Rule | None:
+        """First matching rule in file order: put specific signatures before the catch-all."""
+        return next((r for r in self.rules if r.matches(cause, signature)), None)
+
+    def fault_for(self, signature: str) -> FaultClass | None:
+        return next(
+            (f for f in self.faults if fnmatch.fnmatchcase(signature, f.signature)), None
+        )
+
+    def uncovered_causes(self) -> list[Cause]:
+        """Causes with no catch-all rule (they would fall back to `fallback`)."""
+        return [c for c in Cause if not any(r.cause is c and r.signature is None for r in self.rules)]
+
+
+class PolicyError(ValueError):
+    """A policy file that cannot be used; the message names the file and the field."""
+
+
+def _format_errors(source: str, exc: ValidationError) -> str:
+    lines = [f"invalid remediation policy {source}:"]
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        lines.append(f"  {loc}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def parse_policy(text: str | bytes, source: str = "<text>") -> Policy:
+    """Parse YAML text into a Policy; every problem is a PolicyError naming `source`."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise PolicyError(f"policy {source} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PolicyError(f"policy {source} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise PolicyError(
+            f"policy {source} must be a YAML mapping with at least 'rules', got {type(data).__name__}"
+        )
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as exc:
+        raise PolicyError(_format_errors(source, exc)) from None
+
+
+MAX_POLICY_BYTES = 1024 * 1024  # a policy is a page of YAML; anything huge is a mistake
+
+
+def load_policy(path: Path | str | None = None) -> Policy:
+    """Load the policy at `path`, or the built-in default when `path` is None."""
+    if path is None:
+        text = resources.files("pitstop.policy").joinpath(DEFAULT_POLICY_RESOURCE).read_bytes()
+        return parse_policy(text, source="(built-in default)")
+    path = Path(path).expanduser()
+    try:
+        size = path.stat().st_size
+        if size > MAX_POLICY_BYTES:
+            raise PolicyError(f"policy {path} is {size} bytes; refusing more than {MAX_POLICY_BYTES}")
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise PolicyError(f"cannot read policy {path}: {exc.strerror or exc}") from None
+    return parse_policy(raw, source=str(path))
+
+
+def policy_from_settings(settings: Any) -> Policy:
+    return load_policy(settings.policy.file)

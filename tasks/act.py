@@ -1,0 +1,145 @@
+"""Execute planned actions on the cluster: one Prefect task per action kind.
+
+Executors are a table (kind -> function). Each returns an `ActResult`; a scheduler error becomes
+a failed result with the scheduler's message, never an exception out of the flow. `already_applied`
+answers, after a crash between "intent" and "result", whether the cluster already shows the
+action's effect, so a re-run confirms it instead of doing it twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from pydantic import BaseModel, Field
+
+from pitstop.cluster.base import ClusterError, HostStatus, InvalidIdentifier, JobChanges
+from pitstop.models import CheckStatus
+from pitstop.policy.decide import PlannedAction
+from pitstop.policy.model import ActionKind
+from tasks.context import PipelineContext
+from tasks.evidence import parse_node_check
+
+
+class ActResult(BaseModel):
+    ok: bool
+    summary: str
+    details: dict = Field(default_factory=dict)
+
+
+def _drain(ctx: PipelineContext, a: PlannedAction, facts: dict) -> ActResult:
+    reason = a.reason or f"pitstop: drained by incident {facts.get('incident_id')}"
+    ctx.scheduler.drain(a.target, reason)
+    return ActResult(ok=True, summary=f"drained {a.target}: {reason}")
+
+
+def _resume(ctx: PipelineContext, a: PlannedAction, facts: dict) -> ActResult:
+    if a.after_diag_passes:
+        diag = facts.get("diag", {}).get(a.target)
+        if diag is None or not diag.get("passed"):
+            why = "no diagnostics ran" if diag is None else f"diagnostics failed: {diag.get('summary')}"
+            return ActResult(ok=False, summary=f"kept {a.target} drained: {why}")
+    ctx.scheduler.resume(a.target)
+    return ActResult(ok=True, summary=f"resumed {a.target}")
+
+
+def _reboot(ctx: PipelineContext, a: PlannedAction, facts: dict) -> ActResult:
+    ctx.scheduler.reboot(a.target, a.reason or "pitstop: reboot")
+    return ActResult(ok=True, summary=f"reboot of {a.target} requested")
+
+
+def _gpu_reset(ctx: PipelineContext, a: PlannedAction, facts: dict) -> ActResult:
+    result = ctx.runner.run(a.target, ["nvidia-smi", "--gpu-reset"], ctx.settings.pipeline.node_check_timeout_s)
+    ok = result.status is HostStatus.OK
+    detail = (result.stdout or result.stderr or result.error or "").strip()[:300]
+    return ActResult(ok=ok, summary=f"GPU reset on {a.target} {'done' if ok else 'failed'}: {detail}")
+
+
+def _requeue(ctx: PipelineContext, a: PlannedAction, facts: dict) -> ActResult:
+    changes = a.job_changes or JobChanges()
+    ctx.scheduler.requeue(a.target)
+    if changes.exclude_nodes or changes.time_limit_min or changes.env:
+        ctx.scheduler.update_job(a.target, changes)
+    parts = [f"requeued job {a.target}"]
+    if changes.exclude_nodes:
+        parts.append("excluding " + ",".join(changes.exclude_nodes))
+    if changes.time_limit_min:
+        parts.append(f"time limit {changes.time_limit_min} min")
+    return ActResult(ok=True, summary=", ".join(parts))
+
+
+def _diag(ctx: PipelineContext, a: PlannedAction, facts: dict) -> ActResult:
+    """DCGM diag at the policy's level; without DCGM the quick node check stands in (said so)."""
+    level = a.diag_level or 1
+    timeout = max(ctx.settings.pipeline.node_check_timeout_s, 120.0 * level)
+    result = ctx.runner.run(a.target, ["dcgmi", "diag", "-r", str(level)], timeout)
+    if result.exit_code == 127 or (result.error and "not found" in result.error):
+        check = ctx.runner.run(a.target, ctx.settings.pipeline.node_check_argv, ctx.settings.pipeline.node_check_timeout_s)
+        report, why = parse_node_check(check.stdout, check.status, check.error)
+        passed = report is not None and report.overall is not CheckStatus.FAIL
+        summary = f"DCGM unavailable on {a.target}; node check: {report.overall if report else why}"
+        details = {"passed": passed, "summary": summary, "tool": "node-check"}
+    else:
+        passed = result.status is HostStatus.OK and result.exit_code == 0
+        summary = f"dcgmi diag -r {level} on {a.target}: {'passed' if passed else 'FAILED'}"
+        details = {"passed": passed, "summary": summary, "tool": "dcgmi", "output": result.stdout[-4000:]}
+    facts.setdefault("diag", {})[a.target] = details
+    return ActResult(ok=True, summary=summary, details=details)
+
+
+def _noop(ctx: PipelineContext, a: PlannedAction, facts: dict) -> ActResult:
+    return ActResult(ok=True, summary="nothing to do")
+
+
+EXECUTORS: dict[ActionKind, Callable[[PipelineContext, PlannedAction, dict], ActResult]] = {
+    ActionKind.DRAIN: _drain,
+    ActionKind.RESUME: _resume,
+    ActionKind.REBOOT: _reboot,
+    ActionKind.GPU_RESET: _gpu_reset,
+    ActionKind.REQUEUE: _requeue,
+    ActionKind.DIAG: _diag,
+    ActionKind.NONE: _noop,
+}
+
+
+def _make_task(kind: ActionKind, fn):
+    @task(name=f"act-{kind.value}", cache_policy=NO_CACHE, task_run_name=f"{kind.value}-{{action.target}}")
+    def act(ctx: PipelineContext, action: PlannedAction, facts: dict) -> ActResult:
+        try:
+            return fn(ctx, action, facts)
+        except (ClusterError, InvalidIdentifier, OSError) as exc:
+            return ActResult(ok=False, summary=f"{kind.value} {action.target} failed: {exc}")
+
+    return act
+
+
+ACT_TASKS = {kind: _make_task(kind, fn) for kind, fn in EXECUTORS.items()}
+
+
+def already_applied(ctx: PipelineContext, action: PlannedAction, intent_params: dict) -> bool | None:
+    """After a crash mid-action: does the cluster already show it? None = cannot tell."""
+    try:
+        if action.kind is ActionKind.DRAIN:
+            info = ctx.scheduler.node(action.target)
+            return info.is_drained and (info.reason or "") == (action.reason or "")
+        if action.kind is ActionKind.RESUME:
+            return not ctx.scheduler.node(action.target).is_drained
+        if action.kind is ActionKind.REQUEUE:
+            before = intent_params.get("restart_count_before")
+            job = ctx.scheduler.job(action.target)
+            return before is not None and job.restart_count > int(before)
+    except (ClusterError, ValueError):
+        return None
+    return None
+
+
+def intent_params(ctx: PipelineContext, action: PlannedAction) -> dict:
+    """What to remember before acting, so a re-run can tell whether the action happened."""
+    params = action.model_dump(mode="json", exclude_none=True)
+    if action.kind is ActionKind.REQUEUE:
+        try:
+            params["restart_count_before"] = ctx.scheduler.job(action.target).restart_count
+        except (ClusterError, ValueError):
+            pass
+    return params

@@ -1,0 +1,115 @@
+"""Gather evidence for a failed job: the scheduler's record, its log files, kernel Xid lines and a
+quick node check on its nodes. Every source degrades to "not available" with a reason; a missing
+log or an unreachable node never stops the diagnosis.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from pydantic import BaseModel, Field
+
+from pitstop.cluster.base import HostStatus, JobRecord
+from pitstop.models import NodeCheckReport, SchedulerFacts
+from tasks.context import PipelineContext
+
+MAX_KERNEL_LINES = 2000  # per node: enough for every recent Xid, bounded for a noisy dmesg
+
+
+class NodeEvidence(BaseModel):
+    node: str
+    kernel_log: str | None = Field(default=None, description="file with this node's NVRM/Xid lines")
+    kernel_lines: int = 0
+    check: NodeCheckReport | None = None
+    problems: list[str] = Field(default_factory=list, description="why something is missing")
+
+
+class JobEvidence(BaseModel):
+    job: JobRecord
+    facts: SchedulerFacts
+    log_paths: list[str] = Field(default_factory=list)
+    kernel_log: str | None = Field(default=None, description="all nodes' kernel lines, one file")
+    nodes: list[NodeEvidence] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list)
+
+    @property
+    def failing_nodes(self) -> list[str]:
+        return [n.node for n in self.nodes if n.check is not None and n.check.overall == "FAIL"]
+
+
+def facts_from_job(job: JobRecord, extra: dict | None = None) -> SchedulerFacts:
+    """The scheduler's view; event payload facts (e.g. from the epilog) fill what it lacks."""
+    extra = extra or {}
+    return SchedulerFacts(
+        state=job.state or extra.get("state"),
+        exit_code=job.exit_code if job.exit_code is not None else extra.get("exit_code"),
+        signal=job.signal if job.signal is not None else extra.get("signal"),
+        reason=job.reason or extra.get("reason"),
+    )
+
+
+def _kernel_text(stdout: str) -> str:
+    # Only driver/fabric lines matter for the verdict; keep the file small and the newest lines.
+    keep = [line for line in stdout.splitlines() if "NVRM" in line or "mlx5" in line or "I/O error" in line]
+    return "\n".join(keep[-MAX_KERNEL_LINES:])
+
+
+@task(name="gather-evidence", cache_policy=NO_CACHE, retries=0)
+def gather_job_evidence(ctx: PipelineContext, job: JobRecord, incident_id: int, facts: dict | None) -> JobEvidence:
+    problems: list[str] = []
+    log_paths: list[str] = []
+    for raw in dict.fromkeys(p for p in (job.stdout_path, job.stderr_path) if p):
+        path = Path(raw)
+        if "%" in raw:
+            problems.append(f"log path {raw} is an unexpanded Slurm pattern; not read")
+        elif path.is_file():
+            log_paths.append(str(path))
+        else:
+            problems.append(f"log {raw} is not readable from this host")
+
+    out_dir = ctx.incident_dir(incident_id)
+    pipeline = ctx.settings.pipeline
+    nodes: list[NodeEvidence] = [NodeEvidence(node=n) for n in job.nodes]
+    kernel_chunks: list[str] = []
+    if job.nodes:
+        kernel_results = ctx.runner.fan_out(job.nodes, pipeline.kernel_log_argv, pipeline.node_check_timeout_s)
+        check_results = ctx.runner.fan_out(job.nodes, pipeline.node_check_argv, pipeline.node_check_timeout_s)
+        for evidence, kres, cres in zip(nodes, kernel_results, check_results):
+            if kres.status is HostStatus.OK:
+                text = _kernel_text(kres.stdout)
+                path = out_dir / f"kernel-{evidence.node}.log"
+                path.write_text(text + "\n" if text else "", encoding="utf-8")
+                evidence.kernel_log, evidence.kernel_lines = str(path), len(text.splitlines())
+                if text:
+                    kernel_chunks.append(text)
+            else:
+                evidence.problems.append(f"kernel log: {kres.error or kres.status}")
+            evidence.check, why = parse_node_check(cres.stdout, cres.status, cres.error)
+            if why:
+                evidence.problems.append(f"node check: {why}")
+    kernel_log = None
+    if kernel_chunks:
+        path = out_dir / "kernel.log"
+        path.write_text("\n".join(kernel_chunks) + "\n", encoding="utf-8")
+        kernel_log = str(path)
+    return JobEvidence(
+        job=job,
+        facts=facts_from_job(job, facts),
+        log_paths=log_paths,
+        kernel_log=kernel_log,
+        nodes=nodes,
+        problems=problems + [f"{n.node}: {p}" for n in nodes for p in n.problems],
+    )
+
+
+def parse_node_check(stdout: str, status: HostStatus, error: str | None) -> tuple[NodeCheckReport | None, str | None]:
+    """`pitstop node-check --json` exits 2 on a failing node: the JSON, not the exit, is the answer."""
+    if not stdout.strip():
+        return None, error or f"no output ({status})"
+    try:
+        return NodeCheckReport.model_validate(json.loads(stdout)), None
+    except ValueError as exc:
+        return None, f"unreadable node-check output ({exc.__class__.__name__}: {str(exc)[:120]})"

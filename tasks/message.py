@@ -1,0 +1,86 @@
+"""The words of a remediation notification (pure: no I/O)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from pitstop.models import Verdict
+
+
+class ActionLine(BaseModel):
+    kind: str
+    target: str
+    state: str = Field(description="done | would_do | failed | denied | awaiting_approval | skipped ...")
+    detail: str = ""
+
+
+class IncidentSummary(BaseModel):
+    incident_id: int | str
+    subject_kind: str = Field(description="job | node")
+    subject: str = Field(description="job id or node name")
+    cluster: str
+    mode: str
+    dry_run: bool = False
+    verdict: Verdict | None = None
+    user: str | None = None
+    nodes: list[str] = Field(default_factory=list)
+    actions: list[ActionLine] = Field(default_factory=list)
+    explain: list[str] = Field(default_factory=list, description="why the policy chose this")
+    problems: list[str] = Field(default_factory=list, description="evidence that was missing")
+    flow_run_url: str | None = None
+    awaiting_approval: str | None = None
+
+
+_STATE_WORDS = {
+    "done": "done",
+    "would_do": "would do (not executed: {why})",
+    "failed": "FAILED",
+    "denied": "denied",
+    "awaiting_approval": "WAITING FOR APPROVAL",
+    "skipped": "skipped",
+    "blocked": "blocked",
+}
+
+
+def render(summary: IncidentSummary, max_evidence: int = 12) -> tuple[str, str]:
+    """(subject, body) for ops and users: cause, evidence lines, actions, mode, link."""
+    verdict = summary.verdict
+    cause = f"{verdict.cause.value} ({verdict.signature})" if verdict else "not classified"
+    head = "APPROVAL NEEDED: " if summary.awaiting_approval else ""
+    subject = f"{head}[pitstop {summary.cluster}] {summary.subject_kind} {summary.subject}: {cause}"
+    why_not = "dry run" if summary.dry_run else f"{summary.mode} mode"
+    lines = [
+        f"{summary.subject_kind.capitalize()} {summary.subject} on cluster {summary.cluster}",
+        f"Cause: {cause}" + (f", confidence {verdict.confidence:.2f}" if verdict else ""),
+    ]
+    if verdict and verdict.hint:
+        lines.append(f"Hint: {verdict.hint}")
+    if summary.user:
+        lines.append(f"User: {summary.user}")
+    if summary.nodes:
+        lines.append(f"Nodes: {', '.join(summary.nodes)}")
+    lines.append(f"Mode: {summary.mode}{' (dry run: nothing is changed)' if summary.dry_run else ''}")
+    if summary.awaiting_approval:
+        lines += ["", f"Waiting for approval: {summary.awaiting_approval}"]
+        lines.append("Approve or deny it in the Prefect UI (no answer before the timeout = deny).")
+    if verdict and verdict.evidence:
+        lines += ["", "Evidence:"]
+        for ev in verdict.evidence[:max_evidence]:
+            where = f"{ev.source}:{ev.line}" if ev.line else ev.source
+            lines.append(f"  {where}: {ev.text[:300]}")
+        if len(verdict.evidence) > max_evidence:
+            lines.append(f"  ... {len(verdict.evidence) - max_evidence} more in the incident record")
+    lines += ["", "Actions:"]
+    if not summary.actions:
+        lines.append("  none")
+    for action in summary.actions:
+        state = _STATE_WORDS.get(action.state, action.state).format(why=why_not)
+        lines.append(f"  {action.kind} {action.target}: {state}{' - ' + action.detail if action.detail else ''}")
+    if summary.explain:
+        lines += ["", "Why:"] + [f"  {line}" for line in summary.explain]
+    if summary.problems:
+        lines += ["", "Not available:"] + [f"  {p}" for p in summary.problems[:10]]
+    lines += ["", f"Incident: {summary.incident_id}"]
+    if summary.flow_run_url:
+        lines.append(f"Flow run: {summary.flow_run_url}")
+    return subject, "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""Test support shared across test areas (fixtures registered via pytest_plugins)."""

@@ -1,0 +1,37 @@
+"""Helpers for the trigger tests: recorded Slurm hook environments, a closed port."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, REPO_ROOT
+
+TRIGGER_FIXTURES = FIXTURES / "triggers"
+PITSTOP_BIN = REPO_ROOT / ".venv" / "bin" / "pitstop"
+
+
+def read_env_fixture(name: str) -> dict[str, str]:
+    """A `env | sort` dump recorded inside a real Slurm hook."""
+    env: dict[str, str] = {}
+    for line in (TRIGGER_FIXTURES / name).read_text(encoding="utf-8").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            env[key] = value
+    return env
+
+
+def closed_port_url() -> str:
+    """An API URL nobody listens on: bind a port, then release it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/api"
+
+
+@pytest.fixture
+def hook_env_base(isolated_home: Path) -> dict[str, str]:
+    """What a Slurm hook wrapper passes: no PATH, just PITSTOP_HOME (+ PREFECT_API_URL)."""
+    return {"PITSTOP_HOME": str(isolated_home)}

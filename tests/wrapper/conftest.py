@@ -1,0 +1,150 @@
+"""Wrapper tests run the real `pitstop` console script as a subprocess, and a real SMTP receiver
+(aiosmtpd) on 127.0.0.1. Nothing about the process boundary or the mail is faked."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from email import message_from_bytes, policy
+from email.message import EmailMessage
+from pathlib import Path
+
+import pytest
+
+VENV_BIN = Path(sys.executable).parent
+PITSTOP = str(VENV_BIN / "pitstop")
+PY = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Mailbox:
+    port: int
+    messages: list[EmailMessage] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"mailto://127.0.0.1:{self.port}?from=pitstop@localhost&to=ops@localhost"
+
+    def wait(self, count: int = 1, timeout: float = 10.0) -> list[EmailMessage]:
+        deadline = time.monotonic() + timeout
+        while len(self.messages) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.messages
+
+
+@pytest.fixture
+def smtp() -> Mailbox:
+    from aiosmtpd.controller import Controller
+
+    box = Mailbox(port=free_port())
+
+    class Handler:
+        async def handle_DATA(self, server, session, envelope):
+            box.messages.append(message_from_bytes(envelope.content, policy=policy.default))
+            return "250 OK"
+
+    controller = Controller(Handler(), hostname="127.0.0.1", port=box.port)
+    controller.start()
+    yield box
+    controller.stop()
+
+
+@pytest.fixture
+def blackhole_smtp():
+    """A TCP server that accepts and never says a word: apprise would wait on it forever."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+                held.append(conn)
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join(2)
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+@dataclass
+class Finished:
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+    home: Path
+
+    @property
+    def run_dir(self) -> Path:
+        return latest_run_dir(self.home)
+
+    def json(self, name: str) -> dict:
+        return json.loads((self.run_dir / name).read_text())
+
+    def text(self, name: str) -> str:
+        return (self.run_dir / name).read_text(errors="replace")
+
+
+def latest_run_dir(home: Path) -> Path:
+    runs = sorted((home / "runs").iterdir())
+    assert runs, f"no run directory under {home / 'runs'}"
+    return runs[-1]
+
+
+def wait_for_run_dir(home: Path, timeout: float = 10.0) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (home / "runs").is_dir() and any((home / "runs").iterdir()):
+            return latest_run_dir(home)
+        time.sleep(0.02)
+    raise AssertionError("the wrapper made no run directory")
+
+
+def wait_for_text(path: Path, needle: bytes, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if needle in path.read_bytes():
+                return
+        except FileNotFoundError:
+            pass
+        time.sleep(0.02)
+    raise AssertionError(f"{needle!r} never appeared in {path}")
+
+
+@pytest.fixture
+def run_pitstop(isolated_home: Path):
+    """Run `pitstop run [opts] -- cmd...` to completion; returns what it did."""
+
+    def _run(cmd: list[str], opts: list[str] = (), env: dict | None = None, timeout: float = 120,
+             cwd: Path | None = None) -> Finished:
+        full_env = {**os.environ, "PITSTOP_NOTIFY__TIMEOUT_S": "5", **(env or {})}
+        proc = subprocess.run(
+            [PITSTOP, "run", *opts, "--", *cmd],
+            capture_output=True, env=full_env, timeout=timeout, cwd=cwd,
+        )
+        return Finished(proc.returncode, proc.stdout, proc.stderr, isolated_home)
+
+    return _run

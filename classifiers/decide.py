@@ -77,9 +77,13 @@ def decide(candidates: Sequence[Candidate]) -> Verdict:
     confidence = winner.confidence + 0.03 * min(len(same), 3)
     if rival is not None and winner.priority - rival.priority < _CLOSE_PRIORITY:
         confidence *= 0.85
-    evidence = [winner.evidence] + [
-        c.evidence for c in sorted(same, key=lambda c: c.order) if c.evidence != winner.evidence
-    ]
+    evidence = [winner.evidence]
+    seen = {(winner.evidence.source, winner.evidence.line)}
+    for c in sorted(same, key=lambda c: c.order):
+        where = (c.evidence.source, c.evidence.line)
+        if where not in seen or c.evidence.source == "scheduler" and c.evidence not in evidence:
+            seen.add(where)
+            evidence.append(c.evidence)
     return Verdict(
         cause=winner.cause,
         signature=winner.signature,

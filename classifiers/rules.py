@@ -66,7 +66,7 @@ RULES: tuple[Rule, ...] = (
        "ECC/row-remap event: drain the node, reset the GPU to apply remaps; RMA if remapping failed"),
     _r("ecc-uncorrectable", M, 99, r"uncorrectable ECC error|ECC_UNCORRECTABLE|ECCUncorrectable",
        "uncorrectable ECC error: " + RESET),
-    _r("ecc-double-bit", M, 98, r"double[- ]bit ECC|\bDBE\b", "double-bit ECC error: " + RESET),
+    _r("ecc-double-bit", M, 98, r"double[- ]bit (ECC )?error (has been )?detected|uncorrectable double[- ]bit|\(DBE\)", "double-bit ECC error: " + RESET),
     _r("row-remap-failure", M, 98, r"row remap(ping)? fail|remapped rows? (failure|pending)|page retirement fail",
        "row-remapping failure: drain the node; RMA the GPU"),
     # --- Node failure ----------------------------------------------------------------------------
@@ -152,7 +152,7 @@ RULES: tuple[Rule, ...] = (
        "a filesystem is full: free space or move output; check quotas"),
     _r("disk-quota", IO, 76, r"Disk quota exceeded|\[Errno 122\]|EDQUOT|quota exceeded",
        "disk quota exceeded: ask the user to clean up or raise the quota"),
-    _r("io-error", IO, 75, r"Input/output error|\[Errno 5\]|\bEIO\b|I/O error",
+    _r("io-error", IO, 75, r"Input/output error|\[Errno 5\]|I/O error",
        "I/O error on a filesystem or disk: check the storage and the node's dmesg"),
     _r("stale-file-handle", IO, 75, r"Stale (NFS )?file handle|\[Errno 116\]|ESTALE",
        "stale NFS handle: the file server remounted/failed; check the mount on the node"),

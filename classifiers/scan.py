@@ -49,22 +49,31 @@ class _RuleConfirmer:
         self._rules = rules
         self._compiled: dict[int, re.Pattern[bytes]] = {}
 
+    def _regex(self, index: int) -> re.Pattern[bytes]:
+        regex = self._compiled.get(index)
+        if regex is None:
+            rule = self._rules[index]
+            flags = re.MULTILINE | (re.IGNORECASE if rule.caseless else 0)
+            regex = self._compiled[index] = re.compile(rule.pattern.encode(), flags)
+        return regex
+
     def signature(self, index: int, line: bytes) -> str:
         rule = self._rules[index]
         if "{1}" not in rule.signature:
             return rule.signature
-        regex = self._compiled.get(index)
-        if regex is None:
-            flags = re.MULTILINE | (re.IGNORECASE if rule.caseless else 0)
-            regex = self._compiled[index] = re.compile(rule.pattern.encode(), flags)
-        match = regex.search(line)
+        match = self._regex(index).search(line)
         return rule.signature_for(match.groups() if match else ())
 
+    def match_start(self, index: int, region: bytes) -> int | None:
+        """Where the rule's match starts in `region` (engines report different offsets)."""
+        match = self._regex(index).search(region)
+        return match.start() if match else None
 
-def _line_bounds(window: bytes | bytearray, offset: int) -> tuple[int, int]:
+
+def _line_bounds(window: bytes, offset: int, limit: int) -> tuple[int, int]:
     start = window.rfind(b"\n", 0, offset) + 1
-    end = window.find(b"\n", offset)
-    return start, len(window) if end < 0 else end
+    end = window.find(b"\n", offset, limit)
+    return start, limit if end < 0 else end
 
 
 def scan_stream(
@@ -86,30 +95,36 @@ def scan_stream(
         if not window:
             break
         if at_end:
-            body, carry = window, b""
+            cut, carry = len(window), b""
         else:
             cut = window.rfind(b"\n") + 1
             if cut == 0 or len(window) - cut > MAX_CARRY_BYTES:
                 # No line end in sight: scan it all, keep a tail for matches across the cut.
                 cut = max(len(window) - CUT_OVERLAP_BYTES, 0) if len(window) > MAX_CARRY_BYTES else 0
-            body, carry = window[:cut], window[cut:]
-        if body:
+            carry = window[cut:]
+        # A view, not a copy: the window is scanned in place and sliced only for matched lines.
+        body = memoryview(window)[:cut]
+        if cut:
             for index, offset in engine.first_matches(body).items():
                 if index in hits:
                     continue
-                start, end = _line_bounds(body, offset)
+                start, end = _line_bounds(window, offset, cut)
                 if end - start > EVIDENCE_CHARS:
-                    start = max(start, offset - _CONTEXT_BEFORE)
+                    # Long line: show the text around the match, found the same way by every engine.
+                    lo = max(start, offset - CUT_OVERLAP_BYTES)
+                    found = confirmer.match_start(index, window[lo : min(end, offset + CUT_OVERLAP_BYTES)])
+                    anchor = lo + found if found is not None else offset
+                    start = max(start, anchor - _CONTEXT_BEFORE)
                     end = min(end, start + EVIDENCE_CHARS * 4)
-                raw = bytes(body[start:end])
+                raw = window[start:end]
                 hits[index] = Hit(
                     rule_index=index,
                     signature=confirmer.signature(index, raw),
-                    line=lines_before + body.count(b"\n", 0, offset) + 1,
+                    line=lines_before + window.count(b"\n", 0, offset) + 1,
                     text=evidence_text(raw),
                     source=source,
                 )
-            lines_before += body.count(b"\n")
+            lines_before += window.count(b"\n", 0, cut)
         if at_end:
             break
     return sorted(hits.values(), key=lambda hit: hit.line)

@@ -64,7 +64,7 @@ EVENT_ROUTES: tuple[EventRoute, ...] = (
         parameters={
             "node": "{{ event.payload.node }}",
             "alarm": "{{ event.payload.alarm }}",
-            "details": "{{ event.payload }}",
+            "details": "{{ event.payload.details }}",
         },
         description="A node raised an alarm (prolog check, sweep, unexplained DOWN/DRAIN).",
     ),

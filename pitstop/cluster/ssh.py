@@ -204,6 +204,7 @@ class SshRunner:
             client.set_missing_host_key_policy(_Reject(known_hosts))
         timeout = self.settings.connect_timeout_s
         key_file = self.settings.key_file
+        started = time.monotonic()
         try:
             client.connect(
                 hostname=address,
@@ -237,8 +238,13 @@ class SshRunner:
             _close_quietly(client)
             raise _ConnectTimeout(f"{where}: no answer within {timeout:g} s (connect)") from exc
         except paramiko.SSHException as exc:
+            transport = client.get_transport()
+            saved = getattr(transport, "saved_exception", None) if transport else None
             _close_quietly(client)
-            if "banner" in str(exc).lower():  # TCP accepted, no SSH banner: a hung or busy sshd
+            # TCP accepted but no SSH banner (a hung or overloaded sshd): paramiko logs the banner
+            # error and then raises a vaguer "No existing session"; the clock tells them apart
+            hung = time.monotonic() - started >= timeout * 0.9
+            if hung or "banner" in f"{exc} {saved}".lower():
                 raise _ConnectTimeout(f"{where}: no SSH banner within {timeout:g} s ({exc})") from exc
             raise _ConnectError(f"{where}: SSH handshake failed: {exc}") from exc
         except (OSError, EOFError) as exc:  # refused, unreachable, reset (NoValidConnectionsError)

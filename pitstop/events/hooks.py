@@ -166,11 +166,27 @@ def run_epilog(env: Mapping[str, str] | None = None) -> int:
 NodeChecker = Callable[[list[str], float], "object"]
 
 
-def default_node_checker(checks: list[str], timeout_s: float):
-    """The node-check engine's fast subset, returning a NodeCheckReport."""
-    from pitstop.node.check import run_node_check
+class ChecksTimedOut(TimeoutError):
+    """The node checks did not finish within triggers.prolog_timeout_s."""
 
-    return run_node_check(checks=checks, timeout_s=timeout_s)
+
+def default_node_checker(checks: list[str], timeout_s: float):
+    """The node-check engine (pitstop.node.check) on the prolog's fast subset, time-bounded."""
+    from pitstop.config import load_settings
+    from pitstop.node.check import CheckContext, parse_check_names, run_checks
+
+    settings = load_settings()
+    names = parse_check_names(None, checks)
+    result: list = []
+    worker = threading.Thread(
+        target=lambda: result.append(run_checks(names, CheckContext(settings))),
+        name="pitstop-prolog-checks", daemon=True,
+    )
+    worker.start()
+    worker.join(timeout_s)
+    if not result:
+        raise ChecksTimedOut(f"checks {', '.join(names)} did not finish within {timeout_s:.1f} s")
+    return result[0]
 
 
 def run_prolog(env: Mapping[str, str] | None = None, checker: NodeChecker | None = None) -> int:
@@ -203,11 +219,14 @@ def run_prolog(env: Mapping[str, str] | None = None, checker: NodeChecker | None
         alarm = NodeAlarm(
             cluster=str(facts["cluster"] or settings.slurm.cluster_name),
             node=node,
-            alarm="prolog-check-failed",
+            alarm="prolog_failed",
             summary=summary[:500],
             job_id=facts["job_id"],
             restart_count=int(facts["restart_count"] or 0),
-            details={"report": report.model_dump(mode="json")},
+            details={
+                "lines": [f"{c.name}: {c.summary}" for c in failed][:20],
+                "report": report.model_dump(mode="json"),
+            },
             source="prolog",
         )
         message = spool_and_deliver(alarm.to_wire(), settings)

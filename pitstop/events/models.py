@@ -112,7 +112,7 @@ class NodeAlarm(BaseModel):
 
     cluster: str
     node: str
-    alarm: str = Field(description="short kebab-case kind, e.g. prolog-check-failed")
+    alarm: str = Field(description="kind, as flows/node_alarm.py knows them, e.g. prolog_failed")
     summary: str = Field(description="one line an operator can act on")
     job_id: str | None = None
     restart_count: int = 0
@@ -129,6 +129,9 @@ class NodeAlarm(BaseModel):
         )
 
     def to_wire(self) -> WireEvent:
+        payload = self.model_dump(mode="json")
+        # node_alarm(details=...) dedups on details.key: give it this event's stable id
+        payload["details"] = {"key": self.event_id, "summary": self.summary, **payload["details"]}
         return WireEvent(
             id=self.event_id,
             occurred=self.raised_at,
@@ -139,5 +142,5 @@ class NodeAlarm(BaseModel):
                 "pitstop.cluster": self.cluster,
                 "pitstop.alarm": self.alarm,
             },
-            payload=self.model_dump(mode="json"),
+            payload=payload,
         )

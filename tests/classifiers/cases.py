@@ -27,7 +27,7 @@ CASES: list[tuple[str, str, str]] = [
     ("NVRM: Xid (PCI:0000:86:00): 63, pid=3311, Row Remapper: New row marked for remapping", "gpu_memory", "xid-63"),
     ("NVRM: Xid (PCI:0000:86:00): 95, pid=3311, Uncontained: FBHUB. RST: Yes, D-RST: No", "gpu_memory", "xid-95"),
     ("RuntimeError: CUDA error: uncorrectable ECC error encountered", "gpu_memory", "ecc-uncorrectable"),
-    ("Volatile Double Bit ECC Errors: 2", "gpu_memory", "ecc-double-bit"),
+    ("Tesla A100: a double bit ECC error has been detected on GPU 0", "gpu_memory", "ecc-double-bit"),
     ("nvidia-smi: Remapped Rows Failure: Yes -> row remapping failure on GPU 2", "gpu_memory", "row-remap-failure"),
     # Node failure
     ("slurmstepd: error: *** JOB 4242 ON gpu017 CANCELLED AT 2024-03-01T10:00:00 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***", "node_failure", "slurm-node-fail"),

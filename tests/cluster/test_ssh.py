@@ -162,7 +162,7 @@ def test_fifty_way_fan_out(sshd) -> None:
 
 
 def test_bad_input_is_a_per_host_error_not_an_exception(sshd) -> None:
-    with sshd.runner(addresses={"weird": "127.0.0.1:notaport"}) as runner:
+    with sshd.runner(addresses=dict(sshd.addresses, weird="127.0.0.1:notaport")) as runner:
         results = runner.fan_out(["gpu01;rm -rf /", "weird", "gpu01"], ["true"])
         assert [r.status for r in results] == [HostStatus.ERROR, HostStatus.ERROR, HostStatus.OK]
         assert "not a valid node name" in results[0].error and "host[:port]" in results[1].error

@@ -75,7 +75,7 @@ def test_fast_and_no_prefect_on_the_prolog_path(tmp_path: Path) -> None:
     tail = proc.stderr.strip().splitlines()[-1]
     assert "PREFECT False" in tail, proc.stderr
     NodeCheckReport.model_validate_json(proc.stdout)
-    assert wall < 3.0  # < 1 s on an idle machine; generous for a shared CI box
+    assert wall < 5.0  # ~0.5 s on an idle machine; the margin is for a loaded 2-core CI box
 
 
 def test_a_crashing_check_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -35,3 +35,24 @@ def closed_port_url() -> str:
 def hook_env_base(isolated_home: Path) -> dict[str, str]:
     """What a Slurm hook wrapper passes: no PATH, just PITSTOP_HOME (+ PREFECT_API_URL)."""
     return {"PITSTOP_HOME": str(isolated_home)}
+
+
+@pytest.fixture(scope="session")
+def warm_prefect(prefect_server):
+    """The shared server, after one event has gone through it (a fresh server's first POST
+    /events imports its event pipeline and can take seconds; a running site's server is warm)."""
+    import time
+    from datetime import datetime, timezone
+
+    from pitstop.events.deliver import PrefectEventsClient
+
+    client = PrefectEventsClient(prefect_server.api_url, timeout_s=60.0)
+    started = time.monotonic()
+    client.send([{
+        "id": "00000000-0000-4000-8000-000000000001",
+        "occurred": datetime.now(timezone.utc).isoformat(),
+        "event": "pitstop.test.warmup",
+        "resource": {"prefect.resource.id": "pitstop.test.warmup"},
+    }])
+    print(f"first POST /events took {time.monotonic() - started:.2f} s")
+    return prefect_server

@@ -98,9 +98,9 @@ def _try_lock(spool: Spool) -> bool:
 
 
 def test_node_alarm_ids(tmp_path: Path) -> None:
-    a = NodeAlarm(cluster="c", node="gpu01", alarm="prolog-check-failed", summary="xid 79", job_id="8")
-    b = NodeAlarm(cluster="c", node="gpu01", alarm="prolog-check-failed", summary="other", job_id="8")
-    c = NodeAlarm(cluster="c", node="gpu02", alarm="prolog-check-failed", summary="xid 79", job_id="8")
+    a = NodeAlarm(cluster="c", node="gpu01", alarm="prolog_failed", summary="xid 79", job_id="8")
+    b = NodeAlarm(cluster="c", node="gpu01", alarm="prolog_failed", summary="other", job_id="8")
+    c = NodeAlarm(cluster="c", node="gpu02", alarm="prolog_failed", summary="xid 79", job_id="8")
     assert a.event_id == b.event_id != c.event_id
     path = Spool(tmp_path / "s").write(a.to_wire())
     assert os.path.getsize(path) > 0

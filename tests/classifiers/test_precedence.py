@@ -1,0 +1,77 @@
+"""Root causes beat their symptoms; scheduler facts combine with log evidence by priority."""
+
+from __future__ import annotations
+
+from pitstop.models import Cause, SchedulerFacts
+
+from classifiers import classify_text
+
+XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus."
+WATCHDOG = ("[E ProcessGroupNCCL.cpp:828] [Rank 0] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=1, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600341 milliseconds before timing out.")
+TRACEBACK = 'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n    step()\n'
+
+
+def test_xid79_beats_the_nccl_timeout_it_caused_even_from_the_kernel_log() -> None:
+    in_log = classify_text(WATCHDOG + "\n" + XID79)
+    assert (in_log.cause, in_log.signature) == (Cause.GPU_HARDWARE, "xid-79")
+    split = classify_text(WATCHDOG, kernel_text="boot ok\n" + XID79)
+    assert split.cause is Cause.GPU_HARDWARE
+    assert split.evidence[0].source == "kernel" and split.evidence[0].line == 2
+
+
+def test_traceback_that_echoes_an_oom_is_cuda_oom() -> None:
+    text = TRACEBACK + "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.3 GiB total)"
+    verdict = classify_text(text)
+    assert verdict.cause is Cause.CUDA_OOM
+    assert verdict.evidence[0].line == 4
+
+
+def test_time_limit_kill_after_nan_is_numerical() -> None:
+    log = "step 10 loss 2.1\nstep 11 loss nan\nslurmstepd: error: *** JOB 9 ON n1 CANCELLED AT 2024-01-01T00:00:00 DUE TO TIME LIMIT ***"
+    assert classify_text(log).cause is Cause.NUMERICAL
+    facts = classify_text("step 11 loss nan", SchedulerFacts(state="TIMEOUT"))
+    assert facts.cause is Cause.NUMERICAL
+
+
+def test_generic_traceback_after_nccl_error_is_the_nccl_cause() -> None:
+    text = WATCHDOG + "\n" + TRACEBACK + "RuntimeError: something went wrong"
+    assert classify_text(text).cause is Cause.NCCL_TIMEOUT
+
+
+def test_scheduler_state_alone_and_as_evidence() -> None:
+    for state, cause in [("TIMEOUT", Cause.TIME_LIMIT), ("NODE_FAIL", Cause.NODE_FAILURE),
+                         ("OUT_OF_MEMORY", Cause.HOST_OOM), ("PREEMPTED", Cause.PREEMPTED),
+                         ("CANCELLED by 1000", Cause.PREEMPTED)]:
+        verdict = classify_text("", SchedulerFacts(state=state))
+        assert verdict.cause is cause, state
+        assert (verdict.evidence[0].source, verdict.evidence[0].line) == ("scheduler", 0)
+
+
+def test_exit_codes_and_signals() -> None:
+    assert classify_text("step 1\n", SchedulerFacts(exit_code=139)).cause is Cause.CRASH_SIGNAL
+    assert classify_text("step 1\n", SchedulerFacts(exit_code=1, signal=11)).signature == "signal-11-sigsegv"
+    assert classify_text("all good\n", SchedulerFacts(exit_code=0)).cause is Cause.SUCCESS
+    assert classify_text("epoch 3 loss is nan\n", SchedulerFacts(exit_code=0)).cause is Cause.NUMERICAL
+    unknown = classify_text("something odd\n", SchedulerFacts(exit_code=3))
+    assert (unknown.cause, unknown.signature) == (Cause.UNKNOWN, "exit-3")
+
+
+def test_success_text_never_wins_against_a_failed_scheduler_state() -> None:
+    assert classify_text("Training completed\n").cause is Cause.SUCCESS
+    assert classify_text("Training completed\n", SchedulerFacts(exit_code=2)).cause is Cause.UNKNOWN
+
+
+def test_evidence_is_capped_truncated_and_first_occurrence() -> None:
+    lines = ["ok"] * 3 + ["loss: nan " + "x" * 5000] + ["loss: nan"] * 50 + ["Gradient overflow. Skipping step", "found NaN in grads",
+             "FloatingPointError: Loss became infinite or NaN", "nan loss detected", "Detected NaN"]
+    verdict = classify_text("\n".join(lines))
+    assert verdict.cause is Cause.NUMERICAL
+    assert verdict.evidence[0].line == 4
+    assert len(verdict.evidence) <= 5
+    assert all(len(e.text) <= 500 for e in verdict.evidence)
+
+
+def test_nothing_recognisable_is_unknown() -> None:
+    verdict = classify_text("hello\nworld\n")
+    assert (verdict.cause, verdict.signature) == (Cause.UNKNOWN, "no-match")

@@ -1,0 +1,54 @@
+"""Every rule row has a real-format case, and each case gets exactly its cause and signature."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from classifiers import RULES, classify_text, hint_for
+from classifiers.engines import ENGINE_NAMES
+from classifiers.rule_model import Rule
+
+from .cases import CASES
+
+
+@pytest.mark.parametrize(("text", "cause", "signature"), CASES, ids=[c[2] + f"-{i}" for i, c in enumerate(CASES)])
+def test_case_gets_its_cause_and_signature(text: str, cause: str, signature: str) -> None:
+    verdict = classify_text(text)
+    assert (verdict.cause.value, verdict.signature) == (cause, signature)
+    assert verdict.evidence and verdict.evidence[0].line >= 1
+    assert verdict.hint
+
+
+def test_every_rule_has_a_case() -> None:
+    covered = {signature for _, _, signature in CASES}
+    missing = [
+        rule.signature
+        for rule in RULES
+        if not any(re.fullmatch(re.escape(rule.signature).replace(r"\{1\}", ".+"), s) for s in covered)
+    ]
+    assert missing == []
+
+
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
+def test_every_engine_agrees_on_every_case(engine: str) -> None:
+    for text, cause, signature in CASES:
+        verdict = classify_text(text, engine=engine)
+        assert (verdict.cause.value, verdict.signature) == (cause, signature), (engine, text)
+
+
+def test_patterns_that_could_span_lines_are_rejected() -> None:
+    with pytest.raises(ValueError, match="one line"):
+        Rule(signature="x", cause="unknown", pattern=r"foo\sbar", priority=1, hint="h")
+    with pytest.raises(ValueError, match="one line"):
+        Rule(signature="x", cause="unknown", pattern=r"foo[^x]*bar", priority=1, hint="h")
+
+
+def test_hint_lookup_for_templated_and_fixed_signatures() -> None:
+    assert "bus" in hint_for("xid-79")
+    assert "RMA" in hint_for("xid-62") or "reset" in hint_for("xid-62")
+    assert "Xid catalog" in hint_for("xid-13")
+    assert hint_for("py-ZeroDivisionError") == hint_for("py-SomeOtherError") != ""
+    assert "time limit" in hint_for("slurm-state-timeout")
+    assert hint_for("no-such-signature") == ""

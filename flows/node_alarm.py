@@ -57,7 +57,7 @@ def node_alarm(node: str, alarm: str, details: dict | None = None) -> FlowReport
             saved = journal.incident_decision(ctx, handle.id)
             decision = Decision.model_validate(saved) if saved else decide_remediation(ctx, handle.id, verdict, node=node, faulty_nodes=[node])
             if not saved:
-                journal.update_incident(ctx, handle.id, decision=decision.model_dump(mode="json"), status="acting")
+                journal.save_decision(ctx, handle.id, decision)
 
             def summary(lines, waiting=None):
                 return IncidentSummary(incident_id=handle.id, subject_kind="node", subject=node, cluster=ctx.cluster_name,
@@ -71,7 +71,7 @@ def node_alarm(node: str, alarm: str, details: dict | None = None) -> FlowReport
             deliveries = notify_incident(ctx, summary(outcome.lines), to_user=False)
             journal.finish_notifications(ctx, handle.id, deliveries)
             journal.settle_notify_lines(outcome.lines, deliveries)
-            journal.update_incident(ctx, handle.id, status="done")
+            journal.set_status(ctx, handle.id, "done")
     except journal.IncidentBusy as busy:
         log.info("%s", busy)
         return FlowReport(incident_id=handle.id, subject=f"node {node}", status="busy")

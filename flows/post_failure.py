@@ -40,7 +40,7 @@ def post_failure(job_id: str, cluster: str | None = None, facts: dict | None = N
     log = get_run_logger()
     ctx = build_context(cluster=cluster)
     job = ctx.scheduler.job(str(job_id))
-    handle = journal.open_job_incident(ctx, job)
+    handle = journal.open_job_incident(ctx, job, facts)
     if handle.status == "done":
         log.info("incident %s for job %s is already remediated: nothing to do", handle.id, job_id)
         return FlowReport(incident_id=handle.id, subject=f"job {job_id}", status="duplicate")
@@ -64,7 +64,7 @@ def _remediate(ctx, handle, job, facts) -> FlowReport:
     else:
         faulty = evidence.failing_nodes or None
         decision = decide_remediation(ctx, handle.id, verdict, job=job, faulty_nodes=faulty)
-        journal.update_incident(ctx, handle.id, decision=decision.model_dump(mode="json"), status="acting")
+        journal.save_decision(ctx, handle.id, decision)
 
     def summary(lines, waiting=None) -> IncidentSummary:
         return IncidentSummary(
@@ -81,7 +81,7 @@ def _remediate(ctx, handle, job, facts) -> FlowReport:
     deliveries = notify_incident(ctx, summary(outcome.lines))
     journal.finish_notifications(ctx, handle.id, deliveries)
     journal.settle_notify_lines(outcome.lines, deliveries)
-    journal.update_incident(ctx, handle.id, status="done")
+    journal.set_status(ctx, handle.id, "done")
     return FlowReport(
         incident_id=handle.id, subject=f"job {job.job_id}", status="done", verdict=verdict,
         actions=outcome.lines, explain=decision.explain(),

@@ -26,6 +26,15 @@ class ActResult(BaseModel):
     ok: bool
     summary: str
     details: dict = Field(default_factory=dict)
+    not_done: bool = Field(default=False, description="deliberately not done (e.g. kept drained)")
+
+    @property
+    def state(self) -> str:
+        """The journal state: a node kept drained after failed diagnostics is `skipped`, not
+        `failed` - Pitstop did the right thing by not resuming it."""
+        if self.not_done:
+            return "skipped"
+        return "done" if self.ok else "failed"
 
 
 def _drain(ctx: PipelineContext, a: PlannedAction, facts: dict) -> ActResult:
@@ -39,7 +48,7 @@ def _resume(ctx: PipelineContext, a: PlannedAction, facts: dict) -> ActResult:
         diag = facts.get("diag", {}).get(a.target)
         if diag is None or not diag.get("passed"):
             why = "no diagnostics ran" if diag is None else f"diagnostics failed: {diag.get('summary')}"
-            return ActResult(ok=False, summary=f"kept {a.target} drained: {why}")
+            return ActResult(ok=True, not_done=True, summary=f"kept {a.target} drained: {why}")
     ctx.scheduler.resume(a.target)
     return ActResult(ok=True, summary=f"resumed {a.target}")
 
@@ -58,10 +67,14 @@ def _gpu_reset(ctx: PipelineContext, a: PlannedAction, facts: dict) -> ActResult
 
 def _requeue(ctx: PipelineContext, a: PlannedAction, facts: dict) -> ActResult:
     changes = a.job_changes or JobChanges()
-    ctx.scheduler.requeue(a.target)
+    before = facts.get("in_doubt", {}).get(a.seq, {}).get("restart_count_before")
+    parts = [f"requeued job {a.target}"]
+    if before is not None and ctx.scheduler.job(a.target).restart_count > int(before):
+        parts = [f"job {a.target} was already requeued by an interrupted run"]  # only the update is left
+    else:
+        ctx.scheduler.requeue(a.target)
     if changes.exclude_nodes or changes.time_limit_min or changes.env:
         ctx.scheduler.update_job(a.target, changes)
-    parts = [f"requeued job {a.target}"]
     if changes.exclude_nodes:
         parts.append("excluding " + ",".join(changes.exclude_nodes))
     if changes.time_limit_min:
@@ -127,8 +140,15 @@ def already_applied(ctx: PipelineContext, action: PlannedAction, intent_params: 
             return not ctx.scheduler.node(action.target).is_drained
         if action.kind is ActionKind.REQUEUE:
             before = intent_params.get("restart_count_before")
+            if before is None:
+                return None
             job = ctx.scheduler.job(action.target)
-            return before is not None and job.restart_count > int(before)
+            if job.restart_count <= int(before):
+                return False  # never requeued: run it
+            changes = action.job_changes or JobChanges()
+            # requeued, but was the changed config applied too? If not, redo the rest.
+            return set(changes.exclude_nodes) <= set(job.excluded_nodes) and (
+                not changes.time_limit_min or job.time_limit_min == changes.time_limit_min)
     except (ClusterError, ValueError):
         return None
     return None

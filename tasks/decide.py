@@ -10,42 +10,31 @@ from prefect.cache_policies import NO_CACHE
 from pitstop.cluster.base import ClusterError, JobRecord, NodeInfo
 from pitstop.models import Verdict
 from pitstop.policy.decide import Decision, decide
-from pitstop.policy.history import History, PartitionState
 from pitstop.policy.model import policy_from_settings
-from pitstop.policy.safety import ModeState
-from tasks.context import PipelineContext
 from tasks import journal
+from tasks.context import PipelineContext
 
 
-def current_mode(ctx: PipelineContext) -> ModeState:
-    """The run-time mode (`pitstop mode ...`) wins over the settings default."""
-    return journal.mode_state(ctx)
+def cluster_nodes(ctx: PipelineContext) -> list[NodeInfo]:
+    """The whole cluster's nodes (partition sizes for the blast radius); [] if unreadable."""
+    try:
+        return ctx.scheduler.nodes()
+    except ClusterError:
+        return []  # the guards then count only what the journal knows, and say so in notes
 
 
-def node_view(ctx: PipelineContext, names: list[str]) -> dict[str, NodeInfo]:
+def node_view(all_nodes: list[NodeInfo], ctx: PipelineContext, names: list[str]) -> dict[str, NodeInfo]:
+    known = {n.name: n for n in all_nodes}
     view: dict[str, NodeInfo] = {}
     for name in names:
+        if name in known:
+            view[name] = known[name]
+            continue
         try:
             view[name] = ctx.scheduler.node(name)
         except (ClusterError, ValueError):
             continue  # unknown/unreachable node: decide() treats it as unknown ownership
     return view
-
-
-def partition_states(ctx: PipelineContext) -> tuple[dict[str, PartitionState], int, int]:
-    try:
-        all_nodes = ctx.scheduler.nodes()
-    except ClusterError:
-        return {}, 0, 0
-    parts: dict[str, PartitionState] = {}
-    for info in all_nodes:
-        healthy = not (info.is_drained or info.is_down)
-        for part in info.partitions or ["-"]:
-            state = parts.setdefault(part, PartitionState(name=part, size=0, healthy=0))
-            state.size += 1
-            state.healthy += int(healthy)
-    healthy_total = sum(1 for i in all_nodes if not (i.is_drained or i.is_down))
-    return parts, len(all_nodes), healthy_total
 
 
 @task(name="decide", cache_policy=NO_CACHE)
@@ -58,22 +47,22 @@ def decide_remediation(
     faulty_nodes: list[str] | None = None,
 ) -> Decision:
     involved = sorted(set((job.nodes if job else []) + ([node] if node else []) + (faulty_nodes or [])))
-    partitions, size, healthy = partition_states(ctx)
-    history: History = journal.load_history(ctx, verdict, job=job, nodes=involved)
-    history = history.model_copy(
-        update={"partitions": partitions or history.partitions, "cluster_size": size or history.cluster_size,
-                "cluster_healthy": healthy if size else history.cluster_healthy}
-    )
-    return decide(
+    everything = cluster_nodes(ctx)
+    history = journal.load_history(ctx, incident_id, verdict, job, involved, everything)
+    decision = decide(
         verdict,
         policy=policy_from_settings(ctx.settings),
         history=history,
-        mode=current_mode(ctx),
+        mode=journal.mode_state(ctx),
         now=datetime.now(timezone.utc),
         incident_id=incident_id,
         job=job,
         node=node,
-        nodes=node_view(ctx, involved),
+        nodes=node_view(everything, ctx, involved),
         faulty_nodes=faulty_nodes,
         dry_run=ctx.dry_run,
     )
+    if not everything:
+        decision.notes.append("the scheduler's node list was unreadable: partition limits not checked")
+    journal.record_decision_effects(ctx, incident_id, decision)
+    return decision

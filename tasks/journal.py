@@ -1,12 +1,14 @@
-"""The flows' view of the store: incidents, the action journal, tickets, mode, history.
+"""The flows' view of the store: a thin adapter over `pitstop.store.records`.
 
-A thin adapter over the store's tables (`pitstop.store.tables`): the flows call only these
-functions, so the store's API can evolve in one place.
+The repository functions in `records` own the rules (idempotent incidents, compare-and-set
+action journal, tickets, breakers, mode, history); this module only adapts them to the flows'
+types (PipelineContext, JobRecord, PlannedAction) and adds the per-incident lock.
 
 Idempotency:
   - one incident per (cluster, job id, end time) or per node-alarm key: duplicates find it;
-  - each planned action is journaled (intent, then result) under (incident, seq); a re-run skips
-    actions already in a final state;
+  - every planned action is journaled as intent before any runs; each then moves
+    intended -> running -> done/failed/skipped (compare-and-set: a finished row never changes),
+    so a re-run skips what finished before a crash;
   - while one process remediates an incident it holds an exclusive lock file; a duplicate run
     that finds it held leaves the incident alone, and a killed run releases it with its process.
 """
@@ -16,23 +18,26 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
-from datetime import datetime
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
 
-from pydantic import BaseModel
-
-from pitstop.cluster.base import JobRecord
-from pitstop.models import Verdict
-from pitstop.policy.history import History
-from pitstop.policy.safety import ModeState
-from sqlalchemy.exc import IntegrityError
+from pydantic import BaseModel, Field
+from sqlalchemy import update
 from sqlmodel import select
 
-from pitstop.store.tables import ActionRecord, Incident, RuntimeSetting, Ticket, utcnow
+from pitstop.cluster.base import ClusterError, JobRecord, NodeInfo
+from pitstop.models import Cause, Verdict
+from pitstop.policy.history import History
+from pitstop.policy.safety import ModeState
+from pitstop.store import records
+from pitstop.store.tables import ActionRecord, Incident, utcnow
 from tasks.context import PipelineContext
 
 # Journal states after which an action is never run again for the same incident.
-FINAL_STATES = frozenset({"done", "failed", "skipped", "would_do", "denied"})
+FINAL_STATES = frozenset(s.value for s in records.FINISHED)
+
+# Placeholder verdict of an incident opened before its evidence is classified.
+PENDING_VERDICT = Verdict(cause=Cause.UNKNOWN, signature="pending", confidence=0.0)
 
 
 class IncidentHandle(BaseModel):
@@ -72,8 +77,8 @@ class JournalEntry(BaseModel):
     target: str
     state: str
     result: str | None = None
-    params: dict = {}
-    details: dict = {}
+    params: dict = Field(default_factory=dict)
+    details: dict = Field(default_factory=dict)
 
 
 class TicketResult(BaseModel):
@@ -82,177 +87,197 @@ class TicketResult(BaseModel):
     ticket_id: int | None = None
 
 
-def _open(ctx: PipelineContext, key: str, **fields) -> IncidentHandle:
-    """Create the incident for `key`, or find it: the unique key makes concurrent duplicates safe."""
-    with ctx.store.session() as session:
-        found = session.exec(select(Incident).where(Incident.idem_key == key)).first()
-        if found is None:
-            row = Incident(idem_key=key, cluster=ctx.cluster_name, cause="unknown", signature="pending",
-                           flow_run_id=ctx.flow_run_id, **fields)
-            session.add(row)
-            try:
-                session.commit()
-                return IncidentHandle(id=row.id, created=True, status=row.status)
-            except IntegrityError:
-                session.rollback()
-                found = session.exec(select(Incident).where(Incident.idem_key == key)).first()
-        return IncidentHandle(id=found.id, created=False, status=found.status, decision=found.decision)
+def _handle(row: Incident, created: bool) -> IncidentHandle:
+    return IncidentHandle(id=row.id, created=created, status=row.status, decision=row.decision)
 
 
-def job_incident_key(cluster: str, job: JobRecord) -> str:
-    end = job.end_time.isoformat() if job.end_time else "no-end-time"
-    return f"job:{cluster}:{job.job_id}:{end}"
+def _parse_time(value) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str) and value:
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    return None
 
 
-def open_job_incident(ctx: PipelineContext, job: JobRecord) -> IncidentHandle:
-    return _open(ctx, job_incident_key(ctx.cluster_name, job), kind="job", job_id=job.job_id,
-                 nodes=list(job.nodes), end_time=job.end_time)
+def incident_end_time(job: JobRecord, facts: dict | None) -> datetime | None:
+    """The end time that names this failure. The event's own (from the epilog) wins: after
+    Pitstop requeues the job, the scheduler shows the *next* run's times, and a duplicate
+    delivery of the same event must still find the same incident."""
+    return _parse_time((facts or {}).get("end_time")) or job.end_time
+
+
+def open_job_incident(ctx: PipelineContext, job: JobRecord, facts: dict | None = None) -> IncidentHandle:
+    row, created = records.create_job_incident(
+        ctx.store, cluster=ctx.cluster_name, job_id=job.job_id, end_time=incident_end_time(job, facts),
+        verdict=PENDING_VERDICT, nodes=job.nodes, flow_run_id=ctx.flow_run_id,
+    )
+    return _handle(row, created)
 
 
 def open_node_incident(ctx: PipelineContext, node: str, alarm_key: str) -> IncidentHandle:
-    return _open(ctx, f"node:{ctx.cluster_name}:{node}:{alarm_key}", kind="node", node=node, nodes=[node])
-
-
-def update_incident(ctx: PipelineContext, incident_id: int, **fields) -> None:
-    with ctx.store.session() as session:
-        row = session.get(Incident, incident_id)
-        for name, value in fields.items():
-            setattr(row, name, value)
-        row.updated_at = utcnow()
-        session.add(row)
-        session.commit()
+    row, created = records.create_node_incident(
+        ctx.store, cluster=ctx.cluster_name, node=node, alarm_id=alarm_key, verdict=PENDING_VERDICT,
+        flow_run_id=ctx.flow_run_id,
+    )
+    return _handle(row, created)
 
 
 def save_verdict(ctx: PipelineContext, incident_id: int, verdict: Verdict) -> None:
-    update_incident(ctx, incident_id, cause=verdict.cause.value, signature=verdict.signature,
-                    confidence=verdict.confidence,
-                    evidence=[e.model_dump(mode="json") for e in verdict.evidence],
-                    flow_run_id=ctx.flow_run_id)
-
-
-def action_entry(ctx: PipelineContext, incident_id: int, seq: int) -> JournalEntry | None:
+    # records has no "reclassify" call: the verdict columns are the flow's to fill once known.
     with ctx.store.session() as session:
-        row = session.exec(select(ActionRecord).where(
-            ActionRecord.incident_id == incident_id, ActionRecord.seq == seq)).first()
-        if row is None:
-            return None
-        params = dict(row.params or {})
-        return JournalEntry(seq=row.seq, kind=row.kind, target=row.target, state=row.state,
-                            result=row.result, params=params, details=params.get("result_details", {}))
-
-
-def actions(ctx: PipelineContext, incident_id: int) -> list[JournalEntry]:
-    with ctx.store.session() as session:
-        rows = session.exec(select(ActionRecord).where(ActionRecord.incident_id == incident_id)
-                            .order_by(ActionRecord.seq)).all()
-    return [JournalEntry(seq=r.seq, kind=r.kind, target=r.target, state=r.state, result=r.result,
-                         params=dict(r.params or {})) for r in rows]
-
-
-def record_intent(ctx: PipelineContext, incident_id: int, action, state: str, params: dict) -> None:
-    """Write (or move) the journal row for this action before anything is done."""
-    with ctx.store.session() as session:
-        row = session.exec(select(ActionRecord).where(
-            ActionRecord.incident_id == incident_id, ActionRecord.seq == action.seq)).first()
-        if row is None:
-            row = ActionRecord(incident_id=incident_id, seq=action.seq, kind=action.kind.value,
-                               target=action.target, params=params,
-                               explanation=action.describe())
-        row.state = state
-        if state == "running":
-            row.started_at = utcnow()
-            row.params = {**(row.params or {}), **params}
-        session.add(row)
+        session.exec(update(Incident).where(Incident.id == incident_id).values(
+            cause=verdict.cause.value, signature=verdict.signature, confidence=verdict.confidence,
+            evidence=[e.model_dump(mode="json") for e in verdict.evidence],
+            flow_run_id=ctx.flow_run_id, updated_at=utcnow()))
         session.commit()
 
 
-def record_result(ctx: PipelineContext, incident_id: int, seq: int, state: str, result: str,
-                  details: dict | None = None) -> None:
-    with ctx.store.session() as session:
-        row = session.exec(select(ActionRecord).where(
-            ActionRecord.incident_id == incident_id, ActionRecord.seq == seq)).one()
-        row.state, row.result, row.finished_at = state, result, utcnow()
-        if details:
-            row.params = {**(row.params or {}), "result_details": details}
-        session.add(row)
-        session.commit()
+def save_decision(ctx: PipelineContext, incident_id: int, decision) -> None:
+    records.save_decision(ctx.store, incident_id, decision.model_dump(mode="json"), status="acting")
 
 
-def create_ticket(ctx: PipelineContext, incident_id: int, node: str, **fields) -> int:
-    with ctx.store.session() as session:
-        found = session.exec(select(Ticket).where(Ticket.incident_id == incident_id, Ticket.node == node)).first()
-        if found is not None:
-            return found.id
-        row = Ticket(cluster=ctx.cluster_name, node=node, incident_id=incident_id, **fields)
-        session.add(row)
-        session.commit()
-        return row.id
-
-
-def update_ticket(ctx: PipelineContext, ticket_id: int, **fields) -> None:
-    with ctx.store.session() as session:
-        row = session.get(Ticket, ticket_id)
-        for name, value in fields.items():
-            setattr(row, name, value)
-        row.updated_at = utcnow()
-        session.add(row)
-        session.commit()
-
-
-def mode_state(ctx: PipelineContext) -> ModeState:
-    """The run-time mode (`pitstop mode`) if one is set, else the settings' mode and canary lists."""
-    base = ModeState(mode=ctx.settings.mode, canary_partitions=list(ctx.settings.policy.canary_partitions),
-                     canary_nodes=list(ctx.settings.policy.canary_nodes))
-    with ctx.store.session() as session:
-        row = session.get(RuntimeSetting, "mode")
-    if row is None or not row.value:
-        return base
-    try:
-        return ModeState.model_validate({**base.model_dump(), **row.value})
-    except ValueError:
-        return base  # a bad runtime value must not stop remediation: the settings default holds
-
-
-def load_history(ctx: PipelineContext, verdict: Verdict, job: JobRecord | None, nodes: list[str]) -> History:
-    """History for the policy; the store engineer's loader when present, else what we can count."""
-    try:
-        from pitstop.store import records  # the store engineer's repository functions
-    except ImportError:
-        records = None
-    loader = getattr(records, "load_history", None) if records else None
-    if loader is not None:
-        try:
-            return loader(ctx.store, cluster=ctx.cluster_name, verdict=verdict, job=job, nodes=nodes)
-        except TypeError:
-            pass
-    same = 0
-    if job is not None:
-        with ctx.store.session() as session:
-            rows = session.exec(select(Incident).where(
-                Incident.cluster == ctx.cluster_name, Incident.job_id == job.job_id,
-                Incident.signature == verdict.signature)).all()
-            same = max(0, len(rows) - 1)  # minus this incident
-    return History(job_same_failures=same)
+def set_status(ctx: PipelineContext, incident_id: int, status: str) -> None:
+    records.set_incident_status(ctx.store, incident_id, status)
 
 
 def incident_decision(ctx: PipelineContext, incident_id: int) -> dict | None:
+    return records.get_incident(ctx.store, incident_id).decision
+
+
+# --- the action journal ---------------------------------------------------------------------
+
+
+def plan(ctx: PipelineContext, incident_id: int, actions: Iterable) -> None:
+    """Intent for every action, before any runs (a re-plan keeps existing rows)."""
+    records.plan_actions(ctx.store, incident_id, actions)
+
+
+def _entry(row: ActionRecord) -> JournalEntry:
+    params = dict(row.params or {})
+    return JournalEntry(seq=row.seq, kind=row.kind, target=row.target, state=row.state, result=row.result,
+                        params=params, details=params.get("result_details", {}))
+
+
+def entries(ctx: PipelineContext, incident_id: int) -> list[JournalEntry]:
+    return [_entry(r) for r in records.journal(ctx.store, incident_id)]
+
+
+def action_entry(ctx: PipelineContext, incident_id: int, seq: int) -> JournalEntry | None:
+    return next((e for e in entries(ctx, incident_id) if e.seq == seq), None)
+
+
+def _merge_params(ctx: PipelineContext, incident_id: int, seq: int, extra: dict, keep_existing: bool = False) -> None:
     with ctx.store.session() as session:
-        row = session.get(Incident, incident_id)
-        return row.decision if row is not None else None
+        row = session.exec(
+            select(ActionRecord).where(ActionRecord.incident_id == incident_id, ActionRecord.seq == seq)
+        ).first()
+        if row is None:
+            return
+        row.params = {**extra, **(row.params or {})} if keep_existing else {**(row.params or {}), **extra}
+        session.add(row)
+        session.commit()
+
+
+def start(ctx: PipelineContext, incident_id: int, seq: int, intent_params: dict) -> bool:
+    """Remember what a re-run needs to tell whether the action happened, then claim it.
+    What the first attempt remembered wins (e.g. the restart count before the first requeue)."""
+    if intent_params:
+        _merge_params(ctx, incident_id, seq, intent_params, keep_existing=True)
+    return records.start_action(ctx.store, incident_id, seq)
+
+
+def finish(ctx: PipelineContext, incident_id: int, seq: int, state: str, result: str,
+           details: dict | None = None) -> bool:
+    if details:
+        _merge_params(ctx, incident_id, seq, {"result_details": details})
+    return records.finish_action(ctx.store, incident_id, seq, state, result)
+
+
+def resolve_approval(ctx: PipelineContext, incident_id: int, seq: int, approved: bool, comment: str) -> bool:
+    return records.resolve_approval(ctx.store, incident_id, seq, approved, comment)
 
 
 def finish_notifications(ctx: PipelineContext, incident_id: int, deliveries) -> None:
     """Journal rows for notify_* actions become done (or failed) once the message went out."""
-    ok = any(d.status in {"sent", "skipped", "NotifyStatus.SENT"} or d.status.lower().startswith("sent") for d in deliveries)
+    ok = any(_delivered(d) for d in deliveries)
     summary = "; ".join(f"{d.audience}: {d.summary}" for d in deliveries)
-    for entry in actions(ctx, incident_id):
-        if entry.kind in {"notify_ops", "notify_user"} and entry.state == "intended":
-            record_result(ctx, incident_id, entry.seq, "done" if ok else "failed", summary)
+    for entry in entries(ctx, incident_id):
+        if entry.kind in {"notify_ops", "notify_user"} and entry.state in {"intended", "running"}:
+            records.finish_action(ctx.store, incident_id, entry.seq, "done" if ok else "failed", summary)
+
+
+def _delivered(delivery) -> bool:
+    return str(delivery.status).lower().rsplit(".", 1)[-1] in {"sent", "skipped"}
 
 
 def settle_notify_lines(lines, deliveries) -> None:
     """Report lines for notify_* actions show how the notification went."""
-    ok = any(str(d.status) in {"sent", "skipped"} for d in deliveries)
+    ok = any(_delivered(d) for d in deliveries)
     for line in lines:
         if line.kind in {"notify_ops", "notify_user"} and line.state == "intended":
             line.state = "done" if ok else "failed"
+
+
+# --- tickets, nodes, breakers ---------------------------------------------------------------
+
+
+def create_ticket(ctx: PipelineContext, incident_id: int, node: str, **fields) -> int:
+    row, _ = records.create_ticket(
+        ctx.store, records.TicketDraft(cluster=ctx.cluster_name, node=node, incident_id=incident_id, **fields))
+    return row.id
+
+
+def update_ticket(ctx: PipelineContext, ticket_id: int, status: str, sink_result: str | None = None) -> None:
+    records.update_ticket(ctx.store, ticket_id, status, sink_result)
+
+
+def record_decision_effects(ctx: PipelineContext, incident_id: int, decision) -> None:
+    """Breakers the decision opened, ladder rungs and lemon flags it found: into the store."""
+    for trip in decision.breaker_trips:
+        records.open_breaker(ctx.store, trip.scope, trip.reason)
+    if decision.dry_run:
+        return
+    for node, pos in decision.ladder.items():
+        records.set_node_ladder(ctx.store, ctx.cluster_name, node, pos.ladder, pos.rung, incident_id)
+    for node, why in decision.lemon.items():
+        records.set_node_lemon(ctx.store, ctx.cluster_name, node, why)
+
+
+def record_node(ctx: PipelineContext, node: str, incident_id: int | None = None) -> None:
+    """The node's state as the scheduler shows it now (after Pitstop changed it)."""
+    try:
+        info: NodeInfo = ctx.scheduler.node(node)
+    except (ClusterError, ValueError):
+        return
+    reason = info.reason or None
+    owner = "none"
+    if info.is_drained or info.is_down:
+        owner = "pitstop" if (reason or "").startswith("pitstop") else "foreign"
+    state = "+".join([info.state, *info.flags])
+    records.record_node_state(ctx.store, ctx.cluster_name, node, state=state, reason=reason, owner=owner,
+                              incident_id=incident_id)
+
+
+# --- mode and history -----------------------------------------------------------------------
+
+
+def mode_state(ctx: PipelineContext) -> ModeState:
+    """The run-time mode (`pitstop mode`) if one is set, else the settings' mode and canary lists."""
+    policy = ctx.settings.policy
+    setting = records.get_mode(ctx.store, default=ctx.settings.mode,
+                               default_canary_partitions=list(policy.canary_partitions),
+                               default_canary_nodes=list(policy.canary_nodes))
+    return ModeState(mode=setting.mode, canary_partitions=setting.canary_partitions,
+                     canary_nodes=setting.canary_nodes)
+
+
+def load_history(ctx: PipelineContext, incident_id: int, verdict: Verdict, job: JobRecord | None,
+                 nodes: list[str], cluster_nodes: list[NodeInfo]) -> History:
+    return records.load_history(
+        ctx.store, cluster=ctx.cluster_name, now=datetime.now(timezone.utc), signature=verdict.signature,
+        job_id=job.job_id if job else None, nodes=nodes, cluster_nodes=cluster_nodes,
+        exclude_incident_id=incident_id,
+    )

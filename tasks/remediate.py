@@ -1,13 +1,14 @@
 """Carry out a Decision: journal, approve, act, in order. Called from a flow body.
 
-Shared by post_failure and node_alarm. Per action (keyed by incident + seq):
-  final in the journal -> skip (a re-run never repeats a finished action);
-  left "running" by a crashed run -> confirm from the cluster's state when possible, else redo
-  only kinds that are safe to redo (drain with the same reason, diag);
-  blocked -> skipped; would_do -> recorded as would_do;
+Shared by post_failure and node_alarm. Intent for every action is journaled first
+(`journal.plan`); then per action (keyed by incident + seq):
+  finished in the journal -> skipped (a re-run never repeats a finished action);
+  left "running" by a killed run -> confirmed from the cluster's state when possible, else redone
+  only for kinds that are safe to redo (drain with the same reason, diag), else failed for a human;
+  blocked / would_do -> already final at planning;
   needs approval -> ops are told, the flow pauses for the form; deny/timeout -> denied;
-  run -> intent, execute (one task per kind), result.
-Notifications (notify_ops/notify_user) are journaled here and sent by the notify step.
+  run -> claim (running), execute (one task per kind), result.
+Notifications (notify_ops/notify_user) are journaled here and finished by the notify step.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from pydantic import BaseModel, Field
 
 from pitstop.policy.decide import Decision, PlannedAction
-from pitstop.policy.model import ActionKind, NOTIFYING
+from pitstop.policy.model import NODE_CHANGING, NOTIFYING, ActionKind
 from tasks import journal
 from tasks.act import ACT_TASKS, already_applied, intent_params
 from tasks.approval import wait_for_approval
@@ -25,6 +26,7 @@ from tasks.context import PipelineContext
 from tasks.message import ActionLine
 
 SAFE_TO_REDO = frozenset({ActionKind.DRAIN, ActionKind.DIAG, ActionKind.NONE})
+EXECUTED_STATES = frozenset({"done", "failed", "denied"})  # only execution/answers lead here
 
 
 class RemediationOutcome(BaseModel):
@@ -41,68 +43,78 @@ def carry_out(
     rma: Callable[[PlannedAction, dict], "journal.TicketResult"],
 ) -> RemediationOutcome:
     outcome = RemediationOutcome(facts={"incident_id": incident_id})
+    journal.plan(ctx, incident_id, decision.actions)
     for action in decision.actions:
         outcome.lines.append(_one(ctx, incident_id, action, outcome, ask_approval, rma))
     return outcome
+
+
+def _finished_line(action: PlannedAction, row: journal.JournalEntry, outcome: RemediationOutcome) -> ActionLine:
+    if action.kind is ActionKind.DIAG and row.details:
+        outcome.facts.setdefault("diag", {})[action.target] = row.details
+    why = row.result or action.would_do_why or action.blocked_why
+    if row.state in EXECUTED_STATES and row.result:
+        why = f"(from an earlier run) {row.result}"
+    return ActionLine(kind=action.kind.value, target=action.target, state=row.state, detail=why or "")
 
 
 def _one(ctx, incident_id, action: PlannedAction, outcome, ask_approval, rma) -> ActionLine:
     seq = action.seq
     row = journal.action_entry(ctx, incident_id, seq)
     line = ActionLine(kind=action.kind.value, target=action.target, state="")
-    if row is not None and row.state in FINAL_OR_NOTIFIED:
-        line.state, line.detail = row.state, f"(from an earlier run) {row.result or ''}".strip()
-        if action.kind is ActionKind.DIAG and row.details:
-            outcome.facts.setdefault("diag", {})[action.target] = row.details
-        return line
-    if row is not None and row.state == "running":
-        confirmed = already_applied(ctx, action, row.params or {})
-        if confirmed or (confirmed is None and action.kind not in SAFE_TO_REDO):
-            result = "confirmed from cluster state after an interrupted run" if confirmed else (
-                "interrupted mid-action by an earlier run; not repeated (check by hand)"
-            )
-            state = "done" if confirmed else "failed"
-            journal.record_result(ctx, incident_id, seq, state, result)
-            line.state, line.detail = state, result
+    if row is None:  # planned a moment ago; only a wiped database gets here
+        raise RuntimeError(f"incident {incident_id}: action {seq} is missing from the journal")
+    if row.state in journal.FINAL_STATES:
+        return _finished_line(action, row, outcome)
+    if row.state == "running":
+        confirmed = already_applied(ctx, action, row.params)
+        if confirmed:
+            result = "confirmed from the cluster's state after an interrupted run"
+            journal.finish(ctx, incident_id, seq, "done", result)
+            _after(ctx, incident_id, action)
+            line.state, line.detail = "done", result
             return line
+        if confirmed is None and action.kind not in SAFE_TO_REDO:
+            result = "interrupted mid-action by an earlier run; not repeated (check it by hand)"
+            journal.finish(ctx, incident_id, seq, "failed", result)
+            line.state, line.detail = "failed", result
+            return line
+        outcome.facts["in_doubt"] = {seq: row.params}  # e.g. a requeue done but not its update
 
-    disposition = action.disposition
+    if action.kind is ActionKind.NONE:
+        journal.start(ctx, incident_id, seq, {})
+        journal.finish(ctx, incident_id, seq, "done", "nothing to do")
+        line.state, line.detail = "done", "nothing to do"
+        return line
     if action.kind in NOTIFYING:
-        journal.record_intent(ctx, incident_id, action, "intended", intent_params(ctx, action))
         line.state, line.detail = "intended", "sent with the incident notification"
         return line
-    if disposition == "blocked":
-        journal.record_intent(ctx, incident_id, action, "skipped", intent_params(ctx, action))
-        journal.record_result(ctx, incident_id, seq, "skipped", action.blocked_why)
-        line.state, line.detail = "skipped", action.blocked_why
-        return line
-    if disposition == "would_do":
-        journal.record_intent(ctx, incident_id, action, "would_do", intent_params(ctx, action))
-        journal.record_result(ctx, incident_id, seq, "would_do", action.would_do_why)
-        line.state, line.detail = "would_do", action.would_do_why
-        return line
-    if disposition == "ask":
-        journal.record_intent(ctx, incident_id, action, "awaiting_approval", intent_params(ctx, action))
+    if action.disposition == "ask" and row.state == "awaiting_approval":
         ask_approval(action)
         outcome.approvals_asked += 1
         answer = wait_for_approval(f"incident-{incident_id}-action-{seq}", ctx.settings.pipeline.approval_timeout_s)
+        journal.resolve_approval(ctx, incident_id, seq, answer.approved, answer.summary)
         if not answer.approved:
-            journal.record_result(ctx, incident_id, seq, "denied", answer.summary)
             line.state, line.detail = "denied", answer.summary
             return line
-        line.detail = f"approved: {answer.comment}" if answer.comment else "approved"
+        line.detail = answer.summary
 
-    journal.record_intent(ctx, incident_id, action, "running", intent_params(ctx, action))
+    if not journal.start(ctx, incident_id, seq, intent_params(ctx, action)):
+        row = journal.action_entry(ctx, incident_id, seq)  # finished meanwhile by another run
+        return _finished_line(action, row, outcome)
     if action.kind is ActionKind.RMA_TICKET:
         ticket = rma(action, outcome.facts)
         state, summary, details = ("done" if ticket.ok else "failed"), ticket.summary, {"ticket_id": ticket.ticket_id}
     else:
         result = ACT_TASKS[action.kind](ctx, action, outcome.facts)
-        state, summary, details = ("done" if result.ok else "failed"), result.summary, result.details
-    journal.record_result(ctx, incident_id, seq, state, summary, details)
+        state, summary, details = result.state, result.summary, result.details
+    journal.finish(ctx, incident_id, seq, state, summary, details)
+    _after(ctx, incident_id, action)
     line.state = state
     line.detail = f"{line.detail}; {summary}" if line.detail else summary
     return line
 
 
-FINAL_OR_NOTIFIED = journal.FINAL_STATES
+def _after(ctx: PipelineContext, incident_id: int, action: PlannedAction) -> None:
+    if action.kind in NODE_CHANGING:
+        journal.record_node(ctx, action.target, incident_id)

@@ -35,7 +35,7 @@ def make_scheduler(settings: Settings) -> Scheduler:
     if settings.cluster == "slurm":
         from pitstop.cluster.slurm import SlurmScheduler
 
-        return SlurmScheduler.from_settings(settings)
+        return SlurmScheduler(settings.slurm)
     raise ClusterError(
         f"unknown cluster backend {settings.cluster!r}: set PITSTOP_CLUSTER to one of {', '.join(BACKENDS)}"
     )
@@ -47,7 +47,7 @@ def make_runner(settings: Settings) -> RemoteRunner:
     if settings.cluster == "slurm":
         from pitstop.cluster.ssh import SshRunner
 
-        return SshRunner.from_settings(settings)
+        return SshRunner(settings.ssh)
     raise ClusterError(
         f"unknown cluster backend {settings.cluster!r}: set PITSTOP_CLUSTER to one of {', '.join(BACKENDS)}"
     )

@@ -65,7 +65,9 @@ class Spool:
     def write(self, event: WireEvent) -> Path:
         """Durably add an event. Re-spooling the same event id replaces the file, not duplicates it."""
         self._ensure()
-        final = self.pending / self.file_name(event)
+        # the same event spooled again (a re-run hook) keeps its first file and place in line
+        existing = sorted(self.pending.glob(f"*-{event.id}.json"))
+        final = existing[0] if existing else self.pending / self.file_name(event)
         tmp = self.tmp / f"{final.name}.{os.getpid()}.tmp"
         data = event.model_dump_json().encode("utf-8")
         try:

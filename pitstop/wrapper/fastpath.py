@@ -21,7 +21,7 @@ from pathlib import Path
 from pitstop.wrapper import rundir
 from pitstop.wrapper.exitstatus import USAGE, shell_exit_code
 from pitstop.wrapper.launch import LaunchFailed, launch
-from pitstop.wrapper.pump import StreamPump
+from pitstop.wrapper.pump import OutputPump, Stream
 from pitstop.wrapper.signals import SignalForwarder
 
 DRAIN_GRACE_S = 5.0  # default while settings are not loaded yet (WrapperSettings.drain_grace_s)
@@ -99,23 +99,22 @@ def main(argv: list[str], classify: Callable | None = None) -> int:
         loader = _Preloader(ns, metadata, run_dir, classify)
         loader.run()
         _finish(ns, metadata, run_dir, loader, failed.exit_code, None, ended, [],
-                launch_error=str(failed), pumps=[])
+                launch_error=str(failed), pump=None)
         return failed.exit_code
     forwarder.attach(proc.pid)
 
-    pumps = [
-        StreamPump(out_r, b"O", 1, fds[rundir.STDOUT_LOG], fds[rundir.COMBINED_LOG]),
-        StreamPump(err_r, b"E", 2, fds[rundir.STDERR_LOG], fds[rundir.COMBINED_LOG]),
-    ]
-    for pump in pumps:
-        pump.start()
+    pump = OutputPump(
+        [Stream(out_r, b"O", 1, fds[rundir.STDOUT_LOG]), Stream(err_r, b"E", 2, fds[rundir.STDERR_LOG])],
+        fds[rundir.COMBINED_LOG],
+    )
+    pump.start()
     loader = _Preloader(ns, metadata, run_dir, classify)
     loader_thread = threading.Thread(target=loader.run, name="pitstop-preload", daemon=True)
     loader_thread.start()
 
     returncode = proc.wait()
     ended = time.time()
-    _drain(pumps, loader.drain_grace_s)
+    _drain(pump, loader.drain_grace_s)
     for fd in fds.values():
         os.close(fd)
     exit_code, sig = shell_exit_code(returncode)
@@ -129,18 +128,15 @@ def main(argv: list[str], classify: Callable | None = None) -> int:
     except OSError as exc:
         _warn(f"could not write {run_dir / rundir.RESULT}: {exc.strerror}")
     loader_thread.join()
-    _finish(ns, metadata, run_dir, loader, exit_code, sig, ended, forwarder.names, None, pumps)
+    _finish(ns, metadata, run_dir, loader, exit_code, sig, ended, forwarder.names, None, pump)
     return exit_code
 
 
-def _drain(pumps: list[StreamPump], grace_s: float) -> None:
-    deadline = time.monotonic() + grace_s
-    for pump in pumps:
-        pump.join(max(0.0, deadline - time.monotonic()))
-    for pump in pumps:
-        if pump.is_alive():  # a background grandchild still holds the pipe: stop listening
-            pump.stop()
-            pump.join(2.0)
+def _drain(pump: OutputPump, grace_s: float) -> None:
+    pump.join(grace_s)
+    if pump.is_alive():  # a background grandchild still holds the pipes: stop listening
+        pump.stop()
+        pump.join(2.0)
 
 
 def _write_error(run_dir: Path, message: str) -> None:
@@ -234,7 +230,7 @@ class _Preloader:
         self.classify = classify_logs
 
 
-def _finish(ns, metadata, run_dir, loader, exit_code, sig, ended, forwarded, launch_error, pumps) -> None:
+def _finish(ns, metadata, run_dir, loader, exit_code, sig, ended, forwarded, launch_error, pump) -> None:
     try:
         from datetime import datetime, timezone
 
@@ -242,8 +238,8 @@ def _finish(ns, metadata, run_dir, loader, exit_code, sig, ended, forwarded, lau
         from pitstop.wrapper.outcome import RunOutcome
 
         warnings = list(loader.warnings)
-        for pump in pumps:
-            warnings += [f"output {e}" for e in pump.sink_errors if not e.startswith("terminal")]
+        if pump is not None:
+            warnings += [f"could not write {e}" for e in pump.sink_errors]
         outcome = RunOutcome(
             run_id=metadata["id"],
             name=metadata.get("name"),
@@ -259,8 +255,8 @@ def _finish(ns, metadata, run_dir, loader, exit_code, sig, ended, forwarded, lau
             signal=sig,
             launch_error=launch_error,
             signals_forwarded=forwarded,
-            stdout_bytes=pumps[0].bytes_read if pumps else 0,
-            stderr_bytes=pumps[1].bytes_read if pumps else 0,
+            stdout_bytes=pump.streams[0].bytes_read if pump else 0,
+            stderr_bytes=pump.streams[1].bytes_read if pump else 0,
             warnings=warnings,
         )
         settings = loader.settings

@@ -1,13 +1,17 @@
-"""Copy one child pipe to the terminal, its raw log and the tagged combined log.
+"""Copy the child's stdout and stderr to the terminal, their raw logs and the tagged combined log.
 
-Memory is bounded whatever the volume: reads are fixed-size chunks, and the only buffer is the
-unfinished last line, capped at `line_cap` (a longer line is split and its pieces marked `+`).
-Raw logs get the bytes exactly as read; combined.log gets one line per output line:
+One thread serves both pipes (poll), so combined.log interleaves them in the order they were
+read, with no lock. combined.log has one line per output line:
 
     2026-12-02T15:04:05.123Z O| text        (E| for stderr; O+ / E+ continues a split line)
 
-Bytes are never decoded, so non-UTF-8 or binary output cannot break the pump. Every write is an
-unbuffered os.write: what the child printed is in the page cache even if the wrapper is killed.
+Throughput is the point: each chunk (up to 1 MiB) is tagged with ONE bytes.replace and written
+with writev, no per-line Python work and no buffering. A line is written as it arrives; when the
+other stream interrupts it, or it grows past `line_cap`, combined.log ends it there and its rest
+continues on a `+` line. Memory is one chunk per read, whatever the volume or line length.
+
+Bytes are never decoded: non-UTF-8 or binary output cannot break the pump. Writes are unbuffered
+os.write/writev calls, so what the child printed is on disk even if the wrapper is SIGKILLed.
 Standard library only.
 """
 
@@ -21,10 +25,10 @@ import time
 
 CHUNK = 1 << 20
 LINE_CAP = 64 * 1024
-IDLE_FLUSH_S = 0.25  # an unfinished line (a prompt, a progress bar) reaches combined.log soon
+POLL_MS = 250  # how often a stop request is noticed while the pipes are quiet
 
 
-class _Sink:
+class Sink:
     """One output fd. A failing sink (disk full, closed terminal) is dropped, never fatal."""
 
     def __init__(self, fd: int | None, label: str) -> None:
@@ -32,13 +36,13 @@ class _Sink:
         self.label = label
         self.error: str | None = None
 
-    def write(self, data: bytes | memoryview) -> None:
-        if self.fd is None or not data:
+    def write(self, *parts: bytes | memoryview) -> None:
+        if self.fd is None:
             return
-        view = memoryview(data)
-        while view:
+        views = [memoryview(p) for p in parts if len(p)]
+        while views:
             try:
-                n = os.write(self.fd, view)
+                n = os.writev(self.fd, views) if len(views) > 1 else os.write(self.fd, views[0])
             except BlockingIOError:  # an inherited non-blocking terminal: wait until writable
                 select.select([], [self.fd], [], 1.0)
                 continue
@@ -48,11 +52,15 @@ class _Sink:
                 self.error = f"{self.label}: {exc.strerror or exc}"
                 self.fd = None
                 return
-            view = view[n:]
+            while views and n >= len(views[0]):  # drop what was written, keep the rest
+                n -= len(views[0])
+                views.pop(0)
+            if views and n:
+                views[0] = views[0][n:]
 
 
 class _Stamp:
-    """The per-chunk timestamp prefix; strftime only once per second."""
+    """The timestamp prefix; strftime only once per second."""
 
     def __init__(self) -> None:
         self._sec = -1
@@ -67,126 +75,131 @@ class _Stamp:
         return f"{self._text}.{int(now * 1000) % 1000:03d}Z ".encode()
 
 
-class StreamPump(threading.Thread):
-    def __init__(
-        self,
-        src_fd: int,
-        tag: bytes,
-        terminal_fd: int | None,
-        raw_fd: int | None,
-        combined_fd: int | None,
-        line_cap: int = LINE_CAP,
-    ) -> None:
-        super().__init__(name=f"pitstop-pump-{tag.decode()}", daemon=True)
-        self.src_fd = src_fd
+class Stream:
+    """One child pipe and where its bytes go."""
+
+    def __init__(self, fd: int, tag: bytes, terminal_fd: int | None, raw_fd: int | None) -> None:
+        self.fd = fd
         self.tag = tag
-        self.terminal = _Sink(terminal_fd, "terminal")
-        self.raw = _Sink(raw_fd, "raw log")
-        self.combined = _Sink(combined_fd, "combined.log")
-        self.line_cap = line_cap
+        self.terminal = Sink(terminal_fd, "terminal")
+        self.raw = Sink(raw_fd, f"{'stdout' if tag == b'O' else 'stderr'}.log")
         self.bytes_read = 0
+        self.line_len = 0  # bytes of the current, unfinished line already in combined.log
+        self.continues = False  # its next combined line continues one that was cut
+
+
+class OutputPump(threading.Thread):
+    def __init__(self, streams: list[Stream], combined_fd: int | None, line_cap: int = LINE_CAP) -> None:
+        super().__init__(name="pitstop-pump", daemon=True)
+        self.streams = streams
+        self.combined = Sink(combined_fd, "combined.log")
+        self.line_cap = line_cap
         self.error: str | None = None
-        self._pending = bytearray()
-        self._continues = False  # the next combined line continues a split one
+        self._open: Stream | None = None  # the stream whose line is unfinished in combined.log
         self._stamp = _Stamp()
         self._stop_requested = threading.Event()
 
-    # --- thread body -----------------------------------------------------------------------
     def run(self) -> None:
         try:
             self._loop()
         except BaseException as exc:  # a pump must not die silently: say what broke
-            self.error = f"output pump {self.tag.decode()} failed: {exc!r}"
+            self.error = f"output pump failed: {exc!r}"
         finally:
-            self._flush_partial()
-            try:
-                os.close(self.src_fd)
-            except OSError:
-                pass
+            self._end_open_line()
+            for stream in self.streams:
+                try:
+                    os.close(stream.fd)
+                except OSError:
+                    pass
 
     def stop(self) -> None:
-        """Stop after draining what is buffered now (a grandchild may hold the pipe open)."""
+        """Stop after draining what is buffered now (a grandchild may hold the pipes open)."""
         self._stop_requested.set()
 
     def _loop(self) -> None:
+        by_fd = {s.fd: s for s in self.streams}
         poller = select.poll()
-        poller.register(self.src_fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-        while True:
+        for fd in by_fd:
+            poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        while by_fd:
             if self._stop_requested.is_set():
-                self._drain_nonblocking()
+                self._drain(by_fd)
                 return
-            if not poller.poll(IDLE_FLUSH_S * 1000):
-                self._flush_partial()
-                continue
-            data = os.read(self.src_fd, CHUNK)
-            if not data:
-                return
-            self._feed(data)
+            for fd, _event in poller.poll(POLL_MS):
+                data = os.read(fd, CHUNK)
+                if data:
+                    self.feed(by_fd[fd], data)
+                else:
+                    poller.unregister(fd)
+                    self._end_line_of(by_fd.pop(fd))
 
-    def _drain_nonblocking(self) -> None:
-        os.set_blocking(self.src_fd, False)
+    def _drain(self, by_fd: dict[int, Stream]) -> None:
         deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:
-            try:
-                data = os.read(self.src_fd, CHUNK)
-            except BlockingIOError:
-                return
-            if not data:
-                return
-            self._feed(data)
+        for fd, stream in by_fd.items():
+            os.set_blocking(fd, False)
+            while time.monotonic() < deadline:
+                try:
+                    data = os.read(fd, CHUNK)
+                except BlockingIOError:
+                    break
+                if not data:
+                    break
+                self.feed(stream, data)
 
     # --- one chunk -------------------------------------------------------------------------
-    def _feed(self, data: bytes) -> None:
-        self.bytes_read += len(data)
-        self.terminal.write(data)
-        self.raw.write(data)
+    def feed(self, stream: Stream, data: bytes) -> None:
+        stream.bytes_read += len(data)
+        stream.terminal.write(data)
+        stream.raw.write(data)
         if self.combined.fd is not None:
-            self._tag_lines(data)
+            self._tag(stream, data)
 
-    def _prefix(self, stamp: bytes, continues: bool) -> bytes:
-        return stamp + self.tag + (b"+ " if continues else b"| ")
-
-    def _tag_lines(self, data: bytes) -> None:
+    def _tag(self, stream: Stream, data: bytes) -> None:
+        if self._open is not None and self._open is not stream:
+            self._end_line_of(self._open)  # the other stream interrupts an unfinished line
+        stamp = self._stamp()
+        if self._open is stream:
+            head = b""
+        else:
+            head = stamp + stream.tag + (b"+ " if stream.continues else b"| ")
         last_nl = data.rfind(b"\n")
         if last_nl < 0:
-            self._pending += data
-            if len(self._pending) >= self.line_cap:
-                self._flush_partial()
+            self.combined.write(head, data)
+            self._open = stream
+            stream.line_len += len(data)
+            if stream.line_len >= self.line_cap:
+                self._end_line_of(stream)
             return
-        stamp = self._stamp()
-        whole, rest = data[: last_nl + 1], data[last_nl + 1 :]
-        if self._pending:
-            first_nl = whole.find(b"\n")
-            first = self._prefix(stamp, self._continues) + bytes(self._pending) + whole[: first_nl + 1]
-            self._pending.clear()
-            whole = whole[first_nl + 1 :]
+        plain = stamp + stream.tag + b"| "
+        # One C-level replace tags every line in the chunk.
+        body = memoryview(data.replace(b"\n", b"\n" + plain))
+        stream.continues = False
+        tail = len(data) - last_nl - 1
+        if tail == 0:
+            self.combined.write(head, body[: len(body) - len(plain)])  # no prefix for a line not begun
+            self._open = None
+            stream.line_len = 0
         else:
-            first = b""
-            if self._continues:  # the first line of this chunk finishes a split one
-                first_nl = whole.find(b"\n")
-                first = self._prefix(stamp, True) + whole[: first_nl + 1]
-                whole = whole[first_nl + 1 :]
-        self._continues = False
-        if whole:
-            plain = self._prefix(stamp, False)
-            # One C-level replace tags every line in the chunk: no per-line Python work.
-            body = plain + whole[:-1].replace(b"\n", b"\n" + plain) + b"\n"
-            self.combined.write(first + body if first else body)
-        elif first:
-            self.combined.write(first)
-        if rest:
-            self._pending += rest
-            if len(self._pending) >= self.line_cap:
-                self._flush_partial()
+            self.combined.write(head, body)
+            self._open = stream
+            stream.line_len = tail
+            if tail >= self.line_cap:
+                self._end_line_of(stream)
 
-    def _flush_partial(self) -> None:
-        if not self._pending or self.combined.fd is None:
-            self._pending.clear()
-            return
-        self.combined.write(self._prefix(self._stamp(), self._continues) + bytes(self._pending) + b"\n")
-        self._pending.clear()
-        self._continues = True
+    def _end_line_of(self, stream: Stream) -> None:
+        if self._open is stream:
+            self.combined.write(b"\n")
+            self._open = None
+            stream.continues = True
+            stream.line_len = 0
+
+    def _end_open_line(self) -> None:
+        if self._open is not None:
+            self._end_line_of(self._open)
 
     @property
     def sink_errors(self) -> list[str]:
-        return [e for e in (self.terminal.error, self.raw.error, self.combined.error, self.error) if e]
+        errors = [self.combined.error, self.error]
+        for s in self.streams:
+            errors += [s.raw.error]  # a closed terminal is normal (`| head`), not worth a warning
+        return [e for e in errors if e]

@@ -1,12 +1,27 @@
-"""Flow tests run the real flows on the demo cluster against the session's Prefect server."""
+"""Flow tests run the real flows on the demo cluster against the session's Prefect server.
+
+Mail goes to a real SMTP receiver (aiosmtpd on 127.0.0.1). Policies are real YAML files: a test
+that needs an RMA verdict writes a policy whose rule asks for one, exactly as an operator would.
+"""
 
 from __future__ import annotations
 
+import json
+import socket
+import time
+from dataclasses import dataclass, field
+from email import message_from_bytes, policy as email_policy
+from email.message import EmailMessage
 from pathlib import Path
 
 import pytest
+import yaml
 
 from pitstop.cluster.demo import DemoCluster
+from pitstop.config import load_settings
+from pitstop.store import Store
+
+DEFAULT_POLICY = Path(__file__).resolve().parents[2] / "pitstop" / "policy" / "default_policy.yaml"
 
 
 @pytest.fixture
@@ -14,3 +29,89 @@ def demo(isolated_home: Path, monkeypatch: pytest.MonkeyPatch) -> DemoCluster:
     monkeypatch.setenv("PITSTOP_CLUSTER", "demo")
     monkeypatch.setenv("PITSTOP_MODE", "act")
     return DemoCluster.create(isolated_home / "demo", nodes=8, seed=3)
+
+
+def store() -> Store:
+    return Store.from_settings(load_settings())
+
+
+def rows(model):
+    from sqlmodel import select
+
+    with store().session() as session:
+        return list(session.exec(select(model)))
+
+
+def write_policy(path: Path, first_rules: list[dict] | None = None, **overrides) -> Path:
+    """The built-in policy with `first_rules` tried first and top-level `overrides` applied."""
+    data = yaml.safe_load(DEFAULT_POLICY.read_text())
+    data["rules"] = list(first_rules or []) + data["rules"]
+    data.update(overrides)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def use_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    def apply(first_rules: list[dict] | None = None, **overrides) -> Path:
+        path = write_policy(tmp_path / "policy.yaml", first_rules, **overrides)
+        monkeypatch.setenv("PITSTOP_POLICY__FILE", str(path))
+        return path
+
+    return apply
+
+
+def outbox(home: Path) -> list[dict]:
+    box = home / "outbox"
+    if not box.is_dir():
+        return []
+    return [json.loads(p.read_text()) for p in sorted(box.glob("*.json"))]
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+@dataclass
+class Mailbox:
+    port: int
+    messages: list[EmailMessage] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"mailto://127.0.0.1:{self.port}?from=pitstop@localhost&to=ops@localhost"
+
+    def subjects(self) -> list[str]:
+        return [str(m["subject"]) for m in self.messages]
+
+    def body(self, index: int) -> str:
+        part = self.messages[index].get_body(preferencelist=("plain", "html"))
+        return part.get_content() if part is not None else ""
+
+
+@pytest.fixture
+def mailbox(monkeypatch: pytest.MonkeyPatch) -> Mailbox:
+    """A real SMTP receiver; ops notifications (and RMA tickets) are mailed to it."""
+    from aiosmtpd.controller import Controller
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    box = Mailbox(port=port)
+
+    class Handler:
+        async def handle_DATA(self, server, session, envelope):
+            box.messages.append(message_from_bytes(envelope.content, policy=email_policy.default))
+            return "250 OK"
+
+    controller = Controller(Handler(), hostname="127.0.0.1", port=port)
+    controller.start()
+    monkeypatch.setenv("PITSTOP_NOTIFY__URLS", json.dumps([box.url]))
+    yield box
+    controller.stop()

@@ -56,3 +56,36 @@ def warm_prefect(prefect_server):
     }])
     print(f"first POST /events took {time.monotonic() - started:.2f} s")
     return prefect_server
+
+
+class PrefectRest:
+    """Just enough of Prefect's REST API to check what a test caused, without importing prefect."""
+
+    def __init__(self, api_url: str) -> None:
+        self.api_url = api_url.rstrip("/")
+
+    def post(self, path: str, body: dict) -> object:
+        import json
+        import urllib.request
+
+        request = urllib.request.Request(
+            self.api_url + path, data=json.dumps(body).encode(), method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            raw = response.read()
+        return json.loads(raw) if raw else None
+
+    def deployment(self, flow_name: str, name: str) -> dict | None:
+        found = self.post("/deployments/filter", {
+            "flows": {"name": {"any_": [flow_name]}}, "deployments": {"name": {"any_": [name]}},
+        })
+        return found[0] if found else None
+
+    def flow_runs(self, deployment_id: str) -> list[dict]:
+        return self.post("/flow_runs/filter", {
+            "deployments": {"id": {"any_": [deployment_id]}}, "limit": 200,
+        })
+
+    def automations(self) -> list[dict]:
+        return self.post("/automations/filter", {})

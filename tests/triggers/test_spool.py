@@ -104,3 +104,10 @@ def test_node_alarm_ids(tmp_path: Path) -> None:
     assert a.event_id == b.event_id != c.event_id
     path = Spool(tmp_path / "s").write(a.to_wire())
     assert os.path.getsize(path) > 0
+
+
+def test_same_job_seen_twice_later_is_still_one_file(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "spool")
+    first = spool.write(_event())
+    again = spool.write(_event())  # a second epilog run: new seen_at, same id
+    assert again == first and len(spool.pending_paths()) == 1

@@ -6,7 +6,7 @@ import os
 import re
 from pathlib import Path
 
-from pitstop.wrapper.pump import StreamPump
+from pitstop.wrapper.pump import OutputPump, Stream
 from tests.wrapper.conftest import PY
 
 LINE_RE = re.compile(rb"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z [OE][|+] ")
@@ -40,13 +40,13 @@ def test_all_256_byte_values(run_pitstop) -> None:
 def _pump_to_files(tmp_path: Path, chunks: list[bytes], line_cap: int = 64) -> bytes:
     raw = os.open(tmp_path / "raw", os.O_WRONLY | os.O_CREAT)
     comb = os.open(tmp_path / "comb", os.O_WRONLY | os.O_CREAT)
-    r, w = os.pipe()
-    pump = StreamPump(r, b"O", None, raw, comb, line_cap=line_cap)
+    pump = OutputPump([Stream(-1, b"O", None, raw), Stream(-1, b"E", None, None)], comb, line_cap=line_cap)
     for chunk in chunks:
-        pump._feed(chunk)
-    pump._flush_partial()
-    os.close(raw), os.close(comb), os.close(r), os.close(w)
-    assert (tmp_path / "raw").read_bytes() == b"".join(chunks)
+        stream = pump.streams[1] if chunk.startswith(b"ERR") else pump.streams[0]
+        pump.feed(stream, chunk)
+    pump._end_open_line()
+    os.close(raw), os.close(comb)
+    assert (tmp_path / "raw").read_bytes() == b"".join(c for c in chunks if not c.startswith(b"ERR"))
     return (tmp_path / "comb").read_bytes()
 
 
@@ -63,6 +63,11 @@ def test_overlong_line_is_split_and_marked(tmp_path: Path) -> None:
     lines = _strip(_pump_to_files(tmp_path, [b"x" * 100, b"y" * 10 + b"\nnext\n"], line_cap=64))
     assert lines == [b"O| " + b"x" * 100, b"O+ " + b"y" * 10, b"O| next"]
     assert max(len(l) for l in lines) < 64 + 100 + 8  # bounded by cap + one chunk
+
+
+def test_other_stream_interrupting_a_line(tmp_path: Path) -> None:
+    lines = _strip(_pump_to_files(tmp_path, [b"loading", b"ERR warning\n", b"... done\n"]))
+    assert lines == [b"O| loading", b"E| ERR warning", b"O+ ... done"]
 
 
 def test_many_lines_in_one_chunk(tmp_path: Path) -> None:

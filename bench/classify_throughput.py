@@ -4,8 +4,12 @@
 
 Generates synthetic training-log lines with a few real-format faults at random depths (one near
 the very start, so a reader that only looks at the tail would miss the root cause), times
-`pitstop classify --json` and `grep -E -c -i -f PATTERNS` on it, prints both, the ratio and the
+`pitstop classify --json` and `grep -E -c -i -f PATTERNS` on it, prints both, the ratios and the
 classifier's peak RSS, and deletes the file. The page cache is warmed first for both.
+
+grep runs twice: in the caller's locale and with LC_ALL=C. In a UTF-8 locale GNU grep -i has to
+case-fold multibyte characters and is many times slower, so the honest target (ratio <= 1.0) is
+against the faster LC_ALL=C run; both ratios are printed.
 """
 
 from __future__ import annotations
@@ -77,9 +81,9 @@ def generate(path: Path, size_mb: int, seed: int = 7) -> list[int]:
     return offsets
 
 
-def _timed(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess]:
+def _timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, subprocess.CompletedProcess]:
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True)
+    proc = subprocess.run(cmd, capture_output=True, env=env)
     return time.perf_counter() - start, proc
 
 
@@ -105,11 +109,17 @@ def main() -> int:
             print(proc.stderr.decode(errors="replace"), file=sys.stderr)
             return 1
         verdict = json.loads(proc.stdout.decode().splitlines()[0])
-        grep_s, gproc = _timed(["grep", "-E", "-c", "-i", "-f", str(patterns), str(log)])
+        grep_cmd = ["grep", "-E", "-c", "-i", "-f", str(patterns), str(log)]
+        locale_name = os.environ.get("LC_ALL") or os.environ.get("LC_CTYPE") or os.environ.get("LANG") or "(unset)"
+        grep_s, gproc = _timed(grep_cmd)
+        c_env = {**os.environ, "LC_ALL": "C"}
+        grep_c_s, cproc = _timed(grep_cmd, env=c_env)
         print(f"pitstop classify: {classify_s:.2f} s  -> {verdict['cause']} ({verdict['signature']}), "
               f"evidence line {verdict['evidence'][0]['line'] if verdict['evidence'] else '-'}")
-        print(f"grep -E -c      : {grep_s:.2f} s  -> {gproc.stdout.decode().strip()} matching lines")
-        print(f"ratio classify/grep: {classify_s / grep_s:.3f}  (target <= 1.0)")
+        print(f"grep -E -c -i (locale {locale_name}): {grep_s:.2f} s  -> {gproc.stdout.decode().strip()} matching lines")
+        print(f"grep -E -c -i (LC_ALL=C)       : {grep_c_s:.2f} s  -> {cproc.stdout.decode().strip()} matching lines")
+        print(f"ratio classify/grep (locale {locale_name}): {classify_s / grep_s:.3f}")
+        print(f"ratio classify/grep (LC_ALL=C): {classify_s / grep_c_s:.3f}  (target <= 1.0, against the faster grep)")
         print(f"classifier peak RSS: {peak_rss_mb:.0f} MiB  (target < 200)")
         return 0
     finally:

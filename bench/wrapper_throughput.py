@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -42,20 +43,22 @@ for i in range(lines):
 """
 
 
-def wall(cmd: list[str] | str, env: dict, shell: bool = False) -> float:
+def wall(cmd: list[str], env: dict) -> float:
     start = time.perf_counter()
     with open(os.devnull, "wb") as devnull:
-        subprocess.run(cmd, stdout=devnull, env=env, shell=shell, check=True)
+        subprocess.run(cmd, stdout=devnull, env=env, check=True)
     return time.perf_counter() - start
 
 
 def throughput(name: str, script: str, mb: int, reps: int, scratch: Path, env: dict) -> tuple[float, float]:
-    child = [sys.executable, "-c", script, str(mb)]
+    script_file = scratch / f"{name}.py"
+    script_file.write_text(script)
+    child = [sys.executable, str(script_file), str(mb)]
     tee_file = scratch / "tee.out"
-    tee_cmd = f"{' '.join(map(repr, child))} | tee {tee_file}"
+    tee_cmd = ["bash", "-o", "pipefail", "-c", f"{shlex.join(child)} | tee {shlex.quote(str(tee_file))}"]
     wrapped, teed = [], []
     for _ in range(reps):
-        teed.append(wall(tee_cmd, env, shell=True))
+        teed.append(wall(tee_cmd, env))
         tee_file.unlink()
         wrapped.append(wall([PITSTOP, "run", "--quiet", "--", *child], env))
         shutil.rmtree(scratch / "home" / "runs", ignore_errors=True)

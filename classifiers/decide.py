@@ -30,6 +30,7 @@ class Candidate(BaseModel):
     confidence: float
     hint: str
     evidence: Evidence
+    last: Evidence | None = None  # the same rule's last line in this source, when not the first
     order: tuple[int, int, int]  # (source rank, line, rule row): earlier wins ties
 
 
@@ -45,6 +46,8 @@ def candidates_from(
                     cause=rule.cause, signature=hit.signature, priority=rule.priority,
                     confidence=rule.confidence, hint=rule.hint,
                     evidence=Evidence(line=hit.line, text=hit.text, source=hit.source),
+                    last=(Evidence(line=hit.last_line, text=hit.last_text or "", source=hit.source)
+                          if hit.last_line is not None else None),
                     order=(rank, hit.line, hit.rule_index),
                 )
             )
@@ -84,6 +87,9 @@ def decide(candidates: Sequence[Candidate]) -> Verdict:
         if where not in seen or c.evidence.source == "scheduler" and c.evidence not in evidence:
             seen.add(where)
             evidence.append(c.evidence)
+    if winner.last is not None and (winner.last.source, winner.last.line) not in seen:
+        # First and last occurrence of the deciding rule: when it started and that it persisted.
+        evidence = [*evidence[: MAX_EVIDENCE - 1], winner.last]
     return Verdict(
         cause=winner.cause,
         signature=winner.signature,

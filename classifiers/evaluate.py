@@ -2,7 +2,7 @@
 
 Corpus rows: {"text": ..., "label": ...} or {"path": ..., "label": ...} (paths relative to the
 corpus file). Optional "state", "exit_code", "signal" and "kernel" fields become scheduler facts
-and kernel text. `score()` is pure; `load_corpus()` and `evaluate_corpus()` do the reading.
+and kernel text; optional "accept": [causes] lists other causes that also count as right. `score()` is pure; `load_corpus()` and `evaluate_corpus()` do the reading.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ class Example(BaseModel):
     path: Path | None = None
     facts: SchedulerFacts | None = None
     kernel: str | None = None
+    accept: list[Cause] = Field(default_factory=list, description="other causes that count as right")
 
 
 class CauseScore(BaseModel):
@@ -71,7 +72,7 @@ def load_corpus(corpus: Path) -> list[Example]:
             Example(
                 id=str(row.get("id", number)), label=label, text=row.get("text"),
                 path=(corpus.parent / row["path"]) if "path" in row else None,
-                facts=facts, kernel=row.get("kernel"),
+                facts=facts, kernel=row.get("kernel"), accept=row.get("accept") or [],
             )
         )
     return examples
@@ -119,7 +120,9 @@ def evaluate_corpus(corpus: Path, engine: str | None = None) -> Report:
                 verdict = classify_files([ex.path], ex.facts, engine=engine)
             else:
                 verdict = classify_text(ex.text or "", ex.facts, ex.kernel, engine=engine)
-            pairs.append((ex.label, verdict.cause))
+            # A corpus whose classes are coarser than ours may accept more than one of our causes.
+            truth = verdict.cause if verdict.cause in ex.accept else ex.label
+            pairs.append((truth, verdict.cause))
         except ClassifyError:
             pairs.append((ex.label, Cause.UNKNOWN))
     return score(pairs, [ex.id for ex in examples])

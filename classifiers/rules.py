@@ -8,7 +8,7 @@ Priority bands (keep new rows inside their band):
   100-95 gpu_hardware / gpu_memory      90 node_failure          85 host_oom
    86    network_fabric                 80 cuda_oom              75 storage_io
    72    environment                    70 numerical             60 nccl_timeout
-   55    preempted                      50 time_limit            45 software_bug (specific)
+   56    time_limit (beats a preemption-worded requeue)  55 preempted  45 software_bug (specific)
    40    crash_signal (explicit)        30 generic exception     20 weak signals   5 success
 
 Adding a cause or signature: add one row here and one case in tests/classifiers/cases.py.
@@ -18,15 +18,20 @@ from __future__ import annotations
 
 from pitstop.models import Cause
 
+from pitstop.node.xid import RECOVERY_ACTION_STATUS
+from pitstop.models import CheckStatus
+
 from classifiers.rule_model import Rule
+from classifiers.xid_rules import XID_PREFIX, xid_rules
 
 G, M, NC, NF = Cause.GPU_HARDWARE, Cause.GPU_MEMORY, Cause.NCCL_TIMEOUT, Cause.NETWORK_FABRIC
 CO, HO, NU, SW = Cause.CUDA_OOM, Cause.HOST_OOM, Cause.NUMERICAL, Cause.SOFTWARE_BUG
 EN, IO, TL, PR = Cause.ENVIRONMENT, Cause.STORAGE_IO, Cause.TIME_LIMIT, Cause.PREEMPTED
 NO, CS, OK = Cause.NODE_FAILURE, Cause.CRASH_SIGNAL, Cause.SUCCESS
 
-# NVRM Xid line prefix: "NVRM: Xid (PCI:0000:3b:00): 79, ..." (older drivers omit "PCI:").
-XID = r"Xid \([^\n)]{0,40}\): ?"
+XID = XID_PREFIX
+# Xid 154 names the recovery the driver wants; the ones the node check treats as FAIL are root causes.
+RECOVERY_FAIL = sorted(a for a, status in RECOVERY_ACTION_STATUS.items() if status is CheckStatus.FAIL)
 
 DRAIN = "drain the node and open a hardware ticket; requeue the job elsewhere"
 RESET = "drain the node, reset the GPU (or reboot); if it recurs, RMA the GPU"
@@ -39,15 +44,12 @@ def _r(signature: str, cause: Cause, priority: int, pattern: str, hint: str, **k
 
 
 RULES: tuple[Rule, ...] = (
-    # --- GPU hardware: the NVIDIA Xid catalog and driver/runtime messages -------------------
-    _r("xid-79", G, 100, XID + r"79\b", "GPU fell off the bus: " + DRAIN),
+    # --- GPU hardware / memory: Xid lines come from the one catalog (pitstop.node.xid) -------
+    *xid_rules(),
+    _r("xid-154-recovery", G, 97, XID + r"154\b[^\n]{0,160}to 0x[0-9a-f]+ \((" + "|".join(RECOVERY_FAIL) + r")\)",
+       "the driver asks for a GPU reset / node reboot (Xid 154): " + DRAIN),
     _r("gpu-fallen-off-bus", G, 100, r"fallen off the bus", "GPU fell off the bus: " + DRAIN),
-    _r("gpu-lost", G, 99, r"GPU is lost|GPU has been lost|lost the GPU", "GPU is lost: " + DRAIN),
-    _r("xid-gsp", G, 98, XID + r"(119|120)\b", "GSP firmware error/timeout: " + RESET),
-    _r("xid-74", G, 98, XID + r"74\b", "NVLink error: " + RESET + "; check NVSwitch/fabric manager"),
-    _r("xid-nvlink", G, 97, XID + r"(14[4-9]|150)\b", "NVLink/NVSwitch error: " + RESET),
-    _r("xid-{1}", G, 97, XID + r"(62|61|54|56|57|8|32|38|44|69|109|121|122|123|136|143|154|155)\b",
-       "GPU hardware/firmware fault: " + RESET),
+    _r("gpu-lost", G, 99, r"GPU is lost|GPU has been lost|lost the GPU|GPU_IS_LOST", "GPU is lost: " + DRAIN),
     _r("nvlink-uncorrectable", G, 97, r"uncorrectable NVLink error", "NVLink error: " + RESET),
     _r("gpu-reset-required", G, 96, r"GPU Reset Required|GPU requires reset|reset the GPU",
        "GPU needs a reset: " + RESET),
@@ -58,12 +60,10 @@ RULES: tuple[Rule, ...] = (
        "GSP firmware timeout: " + RESET),
     _r("pcie-bus-error-uncorrected", G, 87, r"PCIe Bus Error: severity=(Uncorrected|Fatal)",
        "PCIe link error: " + DRAIN, confidence=0.75),
-    _r("xid-{1}", G, 27, XID + r"([0-9]+)\b",
+    # An Xid missing from the catalog: weaker than any catalogued one, stronger than success.
+    _r("xid-{1}", G, 25, XID + r"([0-9]+)\b",
        "other Xid: look it up in the NVIDIA Xid catalog before acting", confidence=0.5),
     # --- GPU memory (HBM/ECC) -------------------------------------------------------------------
-    _r("xid-48", M, 100, XID + r"48\b", "double-bit ECC error: " + RESET + "; check retired pages"),
-    _r("xid-{1}", M, 99, XID + r"(63|64|92|94|95|140)\b",
-       "ECC/row-remap event: drain the node, reset the GPU to apply remaps; RMA if remapping failed"),
     _r("ecc-uncorrectable", M, 99, r"uncorrectable ECC error|ECC_UNCORRECTABLE|ECCUncorrectable",
        "uncorrectable ECC error: " + RESET),
     _r("ecc-double-bit", M, 98, r"double[- ]bit (ECC )?error (has been )?detected|uncorrectable double[- ]bit|\(DBE\)", "double-bit ECC error: " + RESET),
@@ -78,6 +78,8 @@ RULES: tuple[Rule, ...] = (
        "the launcher lost a node's daemon: check that node and the TCP link; requeue"),
     _r("mpi-peer-disconnected", NO, 88, r"MPI communication peer process has unexpectedly disconnected",
        "an MPI peer vanished: look at the peer host's logs; requeue"),
+    _r("node-lost-orchestrator", NO, 88, r"NodeDiedError|NodeNotReady|node[^\n]{0,60} (is|became) NotReady|NodeLost|Node [^\n]{0,60}is unreachable",
+       "the orchestrator lost a node (Ray/Kubernetes): check that node; requeue"),
     _r("kernel-panic", NO, 90, r"Kernel panic|kernel BUG at", "the node's kernel crashed: drain and inspect"),
     _r("node-not-responding", NO, 88, r"node[^\n]{0,60} not responding|lost connection to (the )?node",
        "a node stopped responding: check it; requeue"),
@@ -90,13 +92,15 @@ RULES: tuple[Rule, ...] = (
        "RDMA verbs call failed (link, device or memlock limit): " + FABRIC),
     _r("mlx5-error", NF, 86, r"mlx5[^\n]{0,80}(completion with error|link down|syndrome|fatal)",
        "Mellanox NIC error: " + FABRIC),
-    _r("nccl-socket-peer-closed", NF, 85, r"NCCL WARN[^\n]{0,120}(Connection (reset|closed|refused)|closed by remote peer|Broken pipe|failed : |connection abort|No route to host)",
+    _r("nccl-ib-warning", NF, 84, r"NCCL WARN NET/IB|NCCL WARN[^\n]{0,80}(ibv_|IB |RoCE|async event)",
+       "NCCL reported an InfiniBand/RoCE problem: " + FABRIC),
+    _r("nccl-socket-peer-closed", NF, 85, r"(NCCL WARN|socketProgress|ncclSocket|NCCL error)[^\n]{0,160}(Connection (reset|closed|refused|timed out)|closed by remote peer|Broken pipe|failed : |connection abort|No route to host|Network is unreachable|Operation timed out)",
        "NCCL socket transport broke: check the network path between the nodes (NCCL_SOCKET_IFNAME)"),
     _r("nccl-connect-refused", NF, 84, r"NCCL INFO Call to connect returned Connection refused",
        "NCCL cannot connect to a peer: check interface (NCCL_SOCKET_IFNAME) and firewall"),
     _r("gloo-connection-lost", NF, 85, r"gloo[^\n]{0,160}(Connection (reset|closed) by peer|Broken pipe|Connection refused)",
        "gloo TCP transport broke: check connectivity between the nodes"),
-    _r("c10d-connection-reset", NF, 84, r"(c10d|distributed|NCCL|process_group)[^\n]{0,200}Connection reset by peer|RuntimeError: Connection reset by peer",
+    _r("c10d-connection-reset", NF, 84, r"(c10d|distributed|NCCL|process_group|gloo)[^\n]{0,200}(Connection reset by peer|closed by remote peer)|RuntimeError: Connection reset by peer|Connection closed by remote peer",
        "distributed connection reset: check the network between nodes"),
     _r("c10d-store-unreachable", NF, 83, r"client socket has timed out after[^\n]{0,40}while trying to connect|connection to the C10d store has failed|RendezvousConnectionError",
        "cannot reach the rendezvous endpoint: check host/port reachability and firewall"),
@@ -104,6 +108,9 @@ RULES: tuple[Rule, ...] = (
        "a remote rank or the network failed: look at the other ranks' logs first", confidence=0.6),
     _r("nccl-system-error", NF, 61, r"ncclSystemError|unhandled system error",
        "NCCL system error (sockets, IB or shm): run with NCCL_DEBUG=INFO", confidence=0.6),
+    _r("nccl-internal-error", NF, 44, r"ncclInternalError|NCCL error[^\n]{0,120}internal error",
+       "NCCL internal error (often IB/NVLink/shm setup): rerun with NCCL_DEBUG=INFO on the failing node",
+       confidence=0.5),
     _r("rpc-os-error", NF, 58, r"\bOS Error\b|UNAVAILABLE: (Socket closed|Connection reset)",
        "RPC transport error between workers: check the network", confidence=0.6),
     _r("ssh-connect-failed", EN, 72, r"ssh: connect to host[^\n]{0,80}(Connection refused|No route to host|timed out)",
@@ -113,7 +120,7 @@ RULES: tuple[Rule, ...] = (
        "a collective timed out: find the straggling rank/node (check its Xid/IB logs) before requeueing"),
     _r("nccl-work-timeout", NC, 60, r"Timeout at NCCL work|ran for [0-9]+ milliseconds before timing out|WorkNCCL[^\n]{0,200}timed? ?out",
        "a collective timed out: find the straggling rank/node before requeueing"),
-    _r("nccl-watchdog-stuck", NC, 59, r"watchdog got stuck for|Heartbeat monitor timed out|NCCL watchdog",
+    _r("nccl-watchdog-stuck", NC, 59, r"watchdog got stuck for|Heartbeat monitor timed out|NCCL watchdog|NCCL communicator was aborted|Timeout waiting for NCCL",
        "NCCL watchdog fired: a rank hung; check the other ranks and nodes"),
     _r("nccl-ops-timed-out", NC, 58, r"Some NCCL operations have failed or timed out",
        "NCCL operations timed out: check the other ranks and nodes"),
@@ -124,8 +131,10 @@ RULES: tuple[Rule, ...] = (
     # --- Host memory -----------------------------------------------------------------------------
     _r("oom-killer", HO, 85, r"invoked oom-killer|Out of memory: Kill(ed)? process|oom-kill:|Memory cgroup out of memory",
        "host RAM exhausted (OOM killer): ask the user to lower memory use or request more --mem"),
-    _r("slurm-oom-kill", HO, 85, r"oom[-_]kill event|out-of-memory handler|OUT_OF_MEMORY",
+    _r("slurm-oom-kill", HO, 85, r"oom[-_]kill event|out-of-memory handler|OUT_OF_MEMORY|task [0-9]+: Out Of Memory|OOMKilled",
        "Slurm killed the job for exceeding its memory: request more --mem or reduce usage"),
+    _r("memory-limit-exceeded", HO, 84, r"Exceeded (job|step) memory limit|low on resource: memory|memory limit exceeded|Memory limit reached",
+       "the job went over its memory limit: request more --mem or reduce host memory use"),
     _r("dataloader-killed", HO, 82, r"DataLoader worker[^\n]{0,60}killed by signal: Killed",
        "a DataLoader worker was OOM-killed: fewer workers or less host memory per worker"),
     _r("dataloader-shm", HO, 80, r"out of shared memory|insufficient shared memory|No space left on device[^\n]{0,80}shm|/dev/shm",
@@ -133,8 +142,13 @@ RULES: tuple[Rule, ...] = (
     _r("py-MemoryError", HO, 80, r"(^|[^\nA-Za-z])MemoryError\b", "host RAM exhausted in Python: reduce memory use", caseless=False),
     _r("cpp-bad-alloc", HO, 78, r"std::bad_alloc|Cannot allocate memory|\[Errno 12\]",
        "host allocation failed: reduce memory use or request more --mem", confidence=0.75),
-    _r("launcher-child-sigkilled", HO, 32, r"failed \(exitcode: -9\)",
+    # The launcher's own "child failed with -9" line: most often the host OOM killer. The
+    # signal-only forms (torchrun's Root Cause block, mp.spawn) stay crash_signal, see "sigkill".
+    _r("launcher-child-sigkilled", HO, 32, r"failed \(exitcode: -9\)|exits with return code = -9\b",
        "a rank was SIGKILLed, most often by the host OOM killer: check dmesg / sacct MaxRSS", confidence=0.55),
+    _r("deepspeed-killing-subprocess", HO, 21, r"sigkill_handler\] Killing subprocess",
+       "DeepSpeed killed its ranks after one died silently (no error printed: usually the OOM killer); check dmesg / MaxRSS",
+       confidence=0.45),
     _r("process-killed", HO, 22, r"(^|[ *])Killed( |\*|\.|\r|$)",
        "the process was SIGKILLed, most often by the OOM killer: check dmesg / sacct MaxRSS",
        confidence=0.55, caseless=False),
@@ -145,6 +159,8 @@ RULES: tuple[Rule, ...] = (
        "GPU memory exhausted (TensorFlow): smaller batch or model"),
     _r("xla-oom", CO, 80, r"RESOURCE_EXHAUSTED: Out of memory|Out of memory while trying to allocate",
        "accelerator memory exhausted (XLA/JAX): smaller batch or model"),
+    _r("cublas-not-initialized", CO, 56, r"CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate",
+       "cuBLAS could not create a handle, almost always because GPU memory is already full", confidence=0.55),
     _r("cublas-alloc-failed", CO, 78, r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|failed to allocate [0-9.]+ ?[KMG]i?B",
        "GPU allocation failed: GPU memory is exhausted"),
     # --- Storage ---------------------------------------------------------------------------------
@@ -158,8 +174,10 @@ RULES: tuple[Rule, ...] = (
        "stale NFS handle: the file server remounted/failed; check the mount on the node"),
     _r("read-only-fs", IO, 74, r"Read-only file system|\[Errno 30\]",
        "filesystem went read-only (often after disk errors): check the node's storage"),
-    _r("fs-not-responding", IO, 74, r"nfs: server [^\n]{0,80}not responding|Transport endpoint is not connected|lustre[^\n]{0,80}(error|evict)",
+    _r("fs-not-responding", IO, 74, r"nfs: server [^\n]{0,80}not responding|Transport endpoint is not connected|LustreError|Lustre:[^\n]{0,160}(lost|evict|not responding|timed out)|gpfs[^\n]{0,80}(unmounted|stale|error)",
        "network filesystem unavailable: check the mount and the file server"),
+    _r("evicted-disk-pressure", IO, 75, r"low on resource: ephemeral-storage|ephemeral local storage usage exceeds|DiskPressure",
+       "the pod was evicted because the node's disk filled up: free space or raise the ephemeral-storage limit"),
     _r("file-write-failed", IO, 74, r"file write failed|PytorchStreamWriter failed writing|failed to write (file|checkpoint)|short write",
        "writing a checkpoint/output failed: check free space, quota and the filesystem"),
     _r("corrupt-checkpoint", IO, 66, r"failed finding central directory|PytorchStreamReader failed|unexpected EOF|file might be corrupted|truncated file",
@@ -167,18 +185,20 @@ RULES: tuple[Rule, ...] = (
     # --- Environment -----------------------------------------------------------------------------
     _r("py-ModuleNotFoundError", EN, 72, r"ModuleNotFoundError|No module named",
        "a Python package is missing in the job's environment: fix the env/container"),
-    _r("shared-lib-missing", EN, 72, r"cannot open shared object file|Could not load dynamic library|undefined symbol|version `GLIBC",
+    _r("shared-lib-missing", EN, 72, r"cannot open shared object file|Could not load (dynamic )?library|undefined symbol|version `GLIBC|GLIBCXX_[0-9.]+' not found|CXXABI_[0-9.]+' not found",
        "a shared library is missing or incompatible: fix LD_LIBRARY_PATH / rebuild the extension"),
     _r("py-ImportError", EN, 70, r"ImportError: |DLL load failed",
        "an import failed: fix the job's environment"),
     _r("driver-too-old", EN, 73, r"driver on your system is too old|driver version is insufficient|Driver/library version mismatch|CUDA driver version is insufficient|forward compatibility was attempted",
        "driver and CUDA runtime do not match: use a matching container or update the driver"),
-    _r("no-cuda-device", EN, 72, r"no CUDA-capable device|No CUDA GPUs are available|Found no NVIDIA driver|CUDA_ERROR_NO_DEVICE|NVIDIA-SMI has failed|Torch not compiled with CUDA|CUDA driver initialization failed|cuInit: CUDA_ERROR",
+    _r("no-cuda-device", EN, 72, r"no CUDA-capable device|No CUDA GPUs are available|Found no NVIDIA driver|CUDA_ERROR_NO_DEVICE|NVIDIA-SMI has failed|Torch not compiled with CUDA|CUDA driver initialization failed|cuInit: CUDA_ERROR|CUDA unknown error - this may be due to an incorrectly set up environment",
        "no usable GPU/driver in the job: check CUDA_VISIBLE_DEVICES, gres request and the driver"),
-    _r("no-kernel-image", EN, 72, r"no kernel image is available for execution|not compatible with the current PyTorch installation|sm_[0-9]+ is not compatible",
+    _r("no-kernel-image", EN, 72, r"no kernel image is available for execution|not compatible with the current PyTorch installation|sm_[0-9]+ is not compatible|Unsupported gpu architecture|CUDA_ERROR_NO_BINARY_FOR_GPU",
        "binary built for another GPU architecture: rebuild or use a matching wheel"),
     _r("cuda-version-mismatch", EN, 71, r"detected CUDA version[^\n]{0,40}mismatches|compiled with different CUDA versions|CUDA_HOME environment variable is not set",
        "CUDA toolkit versions disagree: align the toolkit with the framework build"),
+    _r("too-many-open-files", EN, 66, r"Too many open files|\[Errno 24\]",
+       "the open-files limit is too low for this job: raise ulimit -n or use fewer DataLoader workers"),
     _r("command-not-found", EN, 68, r"command not found|: not found\b|No such file or directory: '(nvcc|python|torchrun|deepspeed)'",
        "a required program is not on PATH in the job environment"),
     _r("orte-launch-failed", EN, 66, r"ORTE was unable to reliably start one or more daemons",
@@ -186,55 +206,64 @@ RULES: tuple[Rule, ...] = (
     # --- Numerical -------------------------------------------------------------------------------
     _r("loss-nan", NU, 70, r"(loss|grad[ _]?norm|gnorm)[a-z_'\" ]{0,24}(is|=|:|became)? ?[-+]?(nan|inf)\b|loss became (infinite|nan)|nan loss|non-finite loss",
        "the loss diverged (NaN/Inf): lower LR, check data, use bf16/loss scaling; do not requeue as-is"),
-    _r("nan-detected", NU, 69, r"found (a )?NaN|returned nan values|Nan in summary histogram|NaN or Inf found|contains NaN|isnan|Detected (NaN|inf)|nan values in",
+    _r("nan-detected", NU, 69, r"found (a )?NaN|returned nan values|Nan in summary histogram|NaN or Inf found|contains NaN|isnan|Detected (NaN|inf)|nan values in|Encountered (a )?NaN|(loss|gradients?) (is|are|became) (not finite|non-finite)|non-finite (loss|gradient)",
        "NaN/Inf values in the model: the run diverged; fix before requeueing"),
-    _r("grad-overflow", NU, 68, r"Gradient overflow|overflow detected, setting loss scale|loss scale already at minimum|reducing loss scale to",
-       "fp16 overflow / loss-scale collapse: lower LR or use bf16"),
+    _r("loss-scale-collapse", NU, 70, r"loss scale already at minimum|cannot decrease scale anymore|Minimum loss scale reached",
+       "fp16 loss scale collapsed (gradients overflow every step): lower LR or use bf16; do not requeue as-is"),
+    # A skipped fp16 step is routine in healthy runs: it only names the cause over a bare traceback.
+    _r("grad-overflow", NU, 31, r"Gradient overflow|overflow detected, setting loss scale|reducing loss scale to|OVERFLOW! Rank [0-9]+ Skipping step",
+       "fp16 gradient overflows: if the run died of them, lower LR or use bf16", confidence=0.45),
     _r("py-FloatingPointError", NU, 70, r"FloatingPointError", "floating point error: the run diverged", caseless=False),
     # --- Preemption and cancellation -------------------------------------------------------------
     _r("slurm-preempted", PR, 55, r"DUE TO PREEMPTION|\bPREEMPTED\b|[Pp]reempted to accommodate|reason: Preempted",
        "the job was preempted: requeue it (it did nothing wrong)"),
-    _r("spot-reclaimed", PR, 54, r"spot (instance )?(interruption|termination|reclaim)|instance was preempted|Evicted",
+    _r("spot-reclaimed", PR, 54, r"spot (instance |VM )?(interruption|termination|reclaim|eviction)|(instance|node|VM|machine) (was|has been|is being) (preempted|reclaimed)|compute\.instances\.preempted|terminated in response to (imminent )?node shutdown|Node is shutting|NodeShutdown|Evicted",
        "the node was reclaimed/evicted: requeue"),
+    _r("slurm-requeued", PR, 52, r"DUE TO JOB REQUEUE",
+       "the job was requeued (by the scheduler, an admin or its own launcher): it will run again"),
     _r("slurm-cancelled", PR, 45, r"\*\*\* (JOB|STEP) [0-9._+]+ ON [^\n]{0,80}CANCELLED AT",
        "the job was cancelled (by a user or admin): nothing to fix unless unexpected"),
     _r("sigterm-received", PR, 21, r"Received SIGTERM|SIGTERM death signal|received signal 15|Terminated by signal 15",
        "the job was asked to stop (SIGTERM): usually a cancel, preemption or time limit", confidence=0.5),
     # --- Time limit ------------------------------------------------------------------------------
-    _r("slurm-time-limit", TL, 50, r"DUE TO TIME LIMIT|TIME LIMIT \*\*\*|TIMEOUT\b[^\n]{0,40}(time limit|walltime)",
+    _r("slurm-time-limit", TL, 56, r"DUE TO TIME LIMIT|TIME LIMIT \*\*\*|TIMEOUT\b[^\n]{0,40}(time limit|walltime)",
        "the job hit its time limit: request more time or checkpoint more often"),
-    _r("walltime-exceeded", TL, 50, r"walltime [0-9:]+ exceeded limit|TERM_RUNLIMIT|exceeded (its |the )?(job |maximum )?(time|wall ?clock|wall ?time|run ?time|run) limit|(wall ?clock|wall ?time|run ?time|time) limit (exceeded|reached)|due to (the )?(wall ?clock|wall ?time|time) limit|DeadlineExceeded|activeDeadlineSeconds",
+    _r("walltime-exceeded", TL, 56, r"walltime [0-9:]+ exceeded limit|TERM_RUNLIMIT|exceeded (its |the )?(job |maximum )?(time|wall ?clock|wall ?time|run ?time|run) limit|(wall ?clock|wall ?time|run ?time|time) limit (exceeded|reached)|due to (the )?(wall ?clock|wall ?time|time) limit|DeadlineExceeded|activeDeadlineSeconds",
        "the job hit its time limit: request more time or checkpoint more often"),
     # --- Software bugs ---------------------------------------------------------------------------
-    _r("cuda-device-assert", SW, 47, r"device-side assert|Assertion `[^\n]{1,200}` failed",
+    _r("cuda-device-assert", SW, 47, r"device-side assert(ion)? triggered|Assertion `[^\n]{1,200}` failed",
        "a CUDA kernel assert fired (often labels/indices out of range): " + USER),
-    _r("cuda-unspecified-launch-failure", SW, 44, r"unspecified launch failure",
+    _r("cuda-unspecified-launch-failure", SW, 44, r"unspecified launch failure|cudaErrorLaunchFailure|CUDA_ERROR_LAUNCH_FAILED",
        "a kernel crashed on the GPU: a bug unless the node's kernel log shows an Xid", confidence=0.55),
-    _r("cuda-illegal-memory-access", SW, 44, r"illegal memory access was encountered|CUDA_ERROR_ILLEGAL_ADDRESS|misaligned address",
+    _r("cuda-illegal-memory-access", SW, 44, r"illegal memory access was encountered|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress|misaligned address|illegal instruction was encountered",
        "illegal GPU memory access (bug in a kernel or extension; hardware if it recurs on one node)",
        confidence=0.7),
     _r("py-{1}", SW, 45,
        r"\b(ZeroDivisionError|KeyError|IndexError|TypeError|ValueError|AttributeError|NameError|AssertionError|NotImplementedError|UnboundLocalError|RecursionError|FileNotFoundError|PermissionError|IsADirectoryError|JSONDecodeError|UnicodeDecodeError|SyntaxError|IndentationError|StopIteration|OverflowError|LookupError)\b(: |:$|$)",
        USER, caseless=False),
+    _r("nccl-invalid-usage", SW, 44, r"ncclInvalidUsage|NCCL error[^\n]{0,120}invalid usage|Duplicate GPU detected",
+       "NCCL was called wrongly (mismatched collectives, duplicate GPU per rank): " + USER),
     _r("shape-mismatch", SW, 44, r"size mismatch|shape mismatch|Expected all tensors to be on the same device|mat1 and mat2 shapes cannot be multiplied|must match the size of tensor",
        USER),
-    _r("cuda-error", SW, 32, r"CUDA error: |CUDA_ERROR_|cudaError|CUBLAS_STATUS_|CUDNN_STATUS_",
+    _r("cuda-error", SW, 32, r"CUDA error: |CUDA_ERROR_|cudaError|CUBLAS_STATUS_|CUDNN_STATUS_|unhandled cuda error",
        "a CUDA call failed: read the error; hardware only if it repeats on one node", confidence=0.6),
     _r("py-{1}", SW, 31, r"\b([A-Z][A-Za-z0-9_]*(Error|Exception)): ", USER, caseless=False, confidence=0.7),
     _r("py-traceback", SW, 30, r"Traceback \(most recent call last\)", USER, confidence=0.6, caseless=False),
     _r("cpp-exception", SW, 29, r"terminate called after throwing an instance of|what\(\): ",
        "an uncaught C++ exception: read the what() line", confidence=0.6),
     # --- Crash signals (no clearer cause) --------------------------------------------------------
-    _r("sigsegv", CS, 42, r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 |exitcode ?: ?-11\b|segfault",
+    _r("sigsegv", CS, 42, r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 |exitcode *: *-11\b|return ?code *[=:]? *-11\b|segfault",
        "the process segfaulted: collect the core dump/faulthandler trace; suspect native extensions"),
-    _r("sigabrt", CS, 40, r"SIGABRT|Fatal Python error: Aborted|Aborted \(core dumped\)|exitcode ?: ?-6\b",
+    _r("sigabrt", CS, 40, r"SIGABRT|Fatal Python error: Aborted|Aborted \(core dumped\)|exitcode *: *-6\b|return ?code *[=:]? *-6\b",
        "the process aborted: look for the assert/terminate message before it"),
     _r("heap-corruption", CS, 42, r"double free or corruption|free\(\): invalid|malloc\(\): |corrupted size vs\. prev_size|stack smashing detected",
        "native heap corruption: suspect a C/C++ extension; get a core dump"),
-    _r("sigbus", CS, 40, r"Bus error|SIGBUS", "bus error: often /dev/shm too small or a truncated mmap'd file"),
+    _r("sigbus", CS, 40, r"Bus error|SIGBUS|exitcode *: *-7\b|return ?code *[=:]? *-7\b", "bus error: often /dev/shm too small or a truncated mmap'd file"),
     _r("sigill", CS, 40, r"Illegal instruction|SIGILL", "illegal instruction: binary built for another CPU"),
     _r("fatal-python-error", CS, 39, r"Fatal Python error", "the interpreter crashed: read the faulthandler trace"),
-    _r("sigkill", CS, 33, r"\bSIGKILL\b|Signal 9 |signal 9\b|exitcode +: -9\b",
+    # Not `\bSIGKILL\b`: torchrun's "Sending process N closing signal SIGKILL" to healthy peers
+    # would outrank the real error.
+    _r("sigkill", CS, 33, r"(terminated|killed|died) (with|by) (signal )?SIGKILL|received SIGKILL|SIGKILL received|Signals\.SIGKILL|Signal 9 |signal 9\b|exitcode +: *-9\b",
        "the process was SIGKILLed (OOM killer, scheduler or admin): check dmesg and sacct"),
     _r("core-dumped", CS, 25, r"core dumped", "the process crashed and dumped core"),
     _r("child-failed", CS, 20, r"ChildFailedError|terminated with signal|died with <Signals|exited with (signal|code)",

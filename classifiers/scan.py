@@ -25,7 +25,7 @@ _CONTEXT_BEFORE = 200
 
 
 class Hit(BaseModel):
-    """The first line in one source where one rule matched."""
+    """The first line in one source where one rule matched (and its last, where different)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -34,6 +34,13 @@ class Hit(BaseModel):
     line: int
     text: str
     source: str
+    last_line: int | None = None
+    last_text: str | None = None
+
+
+# Rules this weak (success/progress) match nearly every line; their last occurrence is not evidence.
+LAST_MIN_PRIORITY = 10
+_TAIL_START = 64 * 1024
 
 
 def evidence_text(raw: bytes) -> str:
@@ -64,6 +71,19 @@ class _RuleConfirmer:
         match = self._regex(index).search(line)
         return rule.signature_for(match.groups() if match else ())
 
+    def last_start(self, index: int, window: bytes, limit: int) -> int | None:
+        """Start of the last match in window[:limit], searching tail regions of doubling size."""
+        size = _TAIL_START
+        while True:
+            lo = max(limit - size, 0)
+            lo = window.rfind(b"\n", 0, lo) + 1 if lo else 0  # whole lines only
+            last = None
+            for match in self._regex(index).finditer(window, lo, limit):
+                last = match.start()
+            if last is not None or lo == 0:
+                return last
+            size *= 4
+
     def match_start(self, index: int, region: bytes) -> int | None:
         """Where the rule's match starts in `region` (engines report different offsets)."""
         match = self._regex(index).search(region)
@@ -86,6 +106,7 @@ def scan_stream(
     """First hit per rule over the whole stream, in rule order of discovery."""
     confirmer = _RuleConfirmer(rules)
     hits: dict[int, Hit] = {}
+    last: dict[int, tuple[int, str]] = {}  # rule -> (line, text) of its latest match so far
     carry = b""
     lines_before = 0  # newlines before the start of the current window
     while True:
@@ -106,6 +127,12 @@ def scan_stream(
         body = memoryview(window)[:cut]
         if cut:
             for index, offset in engine.first_matches(body).items():
+                if rules[index].priority >= LAST_MIN_PRIORITY:
+                    found = confirmer.last_start(index, window, cut)
+                    if found is not None:
+                        start, end = _line_bounds(window, found, cut)
+                        line = lines_before + window.count(b"\n", 0, found) + 1
+                        last[index] = (line, evidence_text(window[max(start, found - _CONTEXT_BEFORE):min(end, found + EVIDENCE_CHARS)]))
                 if index in hits:
                     continue
                 start, end = _line_bounds(window, offset, cut)
@@ -127,4 +154,9 @@ def scan_stream(
             lines_before += window.count(b"\n", 0, cut)
         if at_end:
             break
-    return sorted(hits.values(), key=lambda hit: hit.line)
+    out = []
+    for index, hit in hits.items():
+        if index in last and last[index][0] != hit.line:
+            hit = hit.model_copy(update={"last_line": last[index][0], "last_text": last[index][1]})
+        out.append(hit)
+    return sorted(out, key=lambda hit: hit.line)

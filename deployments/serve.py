@@ -127,12 +127,35 @@ def build_deployments(
     return deployments
 
 
-def serve_deployments(settings: Settings, deployments: list[RunnerDeployment]) -> None:
-    """Blocks: registers the deployments and their automations, then runs what they trigger."""
+def serve_deployments(
+    settings: Settings, deployments: list[RunnerDeployment], flows: FlowSet | None = None,
+    on_error: Callable[[str], None] | None = None,
+) -> None:
+    """Blocks: registers the deployments and their automations, then runs what they trigger.
+
+    With `triggers.fast_lane`, event-triggered runs start in this process (deployments.fast_lane);
+    the served runner starts everything else, and anything the fast lane leaves.
+    """
+    import threading
+
     from prefect import serve
 
-    serve(
-        *deployments,
-        query_seconds=settings.triggers.runner_poll_s,
-        print_starting_message=False,
-    )
+    stop = threading.Event()
+    if settings.triggers.fast_lane:
+        from deployments.fast_lane import FastLane
+
+        flows = flows or load_flows()
+        by_name = {"post-failure": flows.post_failure, "node-alarm": flows.node_alarm}
+        lane = FastLane(
+            {f"{d.flow_name}/{d.name}": by_name[route.deployment]
+             for d in deployments for route in EVENT_ROUTES if d.name.startswith(route.deployment)},
+            poll_s=settings.triggers.fast_lane_poll_s,
+            workers=settings.triggers.fast_lane_workers,
+        )
+        threading.Thread(target=lane.run_forever, args=(stop, on_error), name="pitstop-fast-lane",
+                         daemon=True).start()
+    try:
+        serve(*deployments, query_seconds=settings.triggers.runner_poll_s,
+              print_starting_message=False)
+    finally:
+        stop.set()

@@ -1,88 +1,127 @@
 """health_sweep: `pitstop node-check` on every node by fan-out, one Prefect task per batch.
 
-Failing nodes raise a `pitstop.node.alarm` event (deployments turn it into node_alarm runs);
-results are kept as node events. Progress is a Prefect progress artifact.
+Results are stored as node events; each failing node raises a `pitstop.node.alarm` event
+(spooled, so a Prefect outage delays it instead of losing it; deployments turn it into a
+node_alarm run); a node failing again and again is flagged as a repeat offender. Progress is a
+Prefect progress artifact. Nodes a human drained, and nodes Slurm already has DOWN, are left out.
 """
 
 from __future__ import annotations
 
-from prefect import flow, task
+from datetime import datetime, timedelta, timezone
+
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, Field
 
 from pitstop.cluster.base import NodeInfo
 from pitstop.models import CheckStatus
-from pitstop.store.tables import NodeEvent
+from tasks import journal
 from tasks.context import PipelineContext, build_context
-from tasks.evidence import parse_node_check
+from tasks.evidence import failure_text, parse_node_check
+
+ALARM = "health_check_failed"
 
 
 class NodeResult(BaseModel):
     node: str
-    overall: str
+    overall: str = Field(description="OK | WARN | FAIL | UNREACHABLE")
     summary: str
     failing_checks: list[str] = Field(default_factory=list)
 
 
 class SweepReport(BaseModel):
+    partition: str | None = None
     checked: int
+    batches: int
     failing: list[NodeResult] = Field(default_factory=list)
     unreachable: list[NodeResult] = Field(default_factory=list)
-    skipped_foreign: list[str] = Field(default_factory=list)
-    events_emitted: int = 0
+    skipped: dict[str, str] = Field(default_factory=dict, description="node -> why not checked")
+    repeat_offenders: dict[str, str] = Field(default_factory=dict, description="node -> why flagged")
+    alarms: dict[str, str] = Field(default_factory=dict, description="node -> delivery of its alarm")
+    flow_run_id: str | None = None
 
 
-@task(name="check-batch", cache_policy=NO_CACHE, task_run_name="check-{nodes[0]}-and-{n_more}-more")
+@task(name="check-batch", cache_policy=NO_CACHE, task_run_name="check-{nodes[0]}+{n_more}")
 def check_batch(ctx: PipelineContext, nodes: list[str], n_more: int) -> list[NodeResult]:
+    """One batch: the runner fans out within it (bounded by ssh.max_concurrency)."""
     p = ctx.settings.pipeline
     out = []
     for res in ctx.runner.fan_out(nodes, p.node_check_argv, p.node_check_timeout_s):
-        report, why = parse_node_check(res.stdout, res.status, res.error)
+        report, why = parse_node_check(res.stdout, res.status, failure_text(res))
         if report is None:
             out.append(NodeResult(node=res.host, overall="UNREACHABLE", summary=why or "no answer"))
             continue
         bad = [f"{c.name}: {c.summary}" for c in report.checks if c.status is CheckStatus.FAIL]
-        out.append(NodeResult(node=res.host, overall=str(report.overall), summary="; ".join(bad) or "ok", failing_checks=bad))
-    with ctx.store.session() as session:
-        for r in out:
-            session.add(NodeEvent(cluster=ctx.cluster_name, node=r.node, kind="check", state=r.overall, detail=r.summary[:500]))
-        session.commit()
+        out.append(NodeResult(node=res.host, overall=str(report.overall), summary="; ".join(bad) or "ok",
+                              failing_checks=bad))
+    journal.record_checks(ctx, [(r.node, r.overall, r.summary) for r in out])
     return out
 
 
-def emit_alarm(ctx: PipelineContext, result: NodeResult) -> bool:
-    from prefect.events import emit_event
+def raise_alarm(ctx: PipelineContext, result: NodeResult, repeat_why: str | None) -> str:
+    """A node-alarm event with a stable id (one per node and minute), spooled then delivered."""
+    from pitstop.events.hooks import spool_and_deliver
+    from pitstop.events.models import NodeAlarm
 
-    event = emit_event(
-        event="pitstop.node.alarm",
-        resource={"prefect.resource.id": f"pitstop.node.{ctx.cluster_name}.{result.node}"},
-        payload={"node": result.node, "alarm": "health_check_failed",
-                 "details": {"lines": result.failing_checks, "key": f"sweep-{ctx.flow_run_id}"}},
+    alarm = NodeAlarm(
+        cluster=ctx.cluster_name, node=result.node, alarm=ALARM, source="sweep",
+        summary=f"health sweep: {result.summary}"[:300],
+        details={"lines": result.failing_checks[:20], "repeat_offender": repeat_why or ""},
     )
-    return event is not None
+    return spool_and_deliver(alarm.to_wire(), ctx.settings)
 
 
-@flow(name="health-sweep", flow_run_name="health-sweep-{partition}")
+def _left_out(nodes: list[NodeInfo]) -> dict[str, str]:
+    skipped = {}
+    for n in nodes:
+        if n.is_down:
+            skipped[n.name] = f"Slurm has it {n.state} ({n.reason or 'no reason'}): node_alarm's business"
+        elif n.is_drained and not (n.reason or "").startswith("pitstop"):
+            # A human-set drain is the human's business: do not probe it into an alarm.
+            skipped[n.name] = f"drained by someone else ({n.reason or 'no reason'})"
+    return skipped
+
+
+@flow(name="health-sweep", flow_run_name="health-sweep-{partition}",
+      task_runner=ThreadPoolTaskRunner(max_workers=4))
 def health_sweep(partition: str | None = None) -> SweepReport:
+    log = get_run_logger()
     ctx = build_context()
-    nodes: list[NodeInfo] = [n for n in ctx.scheduler.nodes(partition) if not n.is_down]
-    # A human-set drain is the human's business: do not probe it into an alarm.
-    foreign = [n.name for n in nodes if n.is_drained and not (n.reason or "").startswith("pitstop:")]
-    names = [n.name for n in nodes if n.name not in foreign]
-    size = ctx.settings.pipeline.sweep_batch_size
-    batches = [names[i:i + size] for i in range(0, len(names), size)]
-    progress = create_progress_artifact(0.0, description=f"health sweep of {len(names)} nodes")
+    p = ctx.settings.pipeline
+    nodes = ctx.scheduler.nodes(partition)
+    skipped = _left_out(nodes)
+    names = [n.name for n in nodes if n.name not in skipped]
+    batches = [names[i:i + p.sweep_batch_size] for i in range(0, len(names), p.sweep_batch_size)]
+    report = SweepReport(partition=partition, checked=0, batches=len(batches), skipped=skipped,
+                         flow_run_id=ctx.flow_run_id)
+    progress = create_progress_artifact(0.0, description=f"health sweep of {len(names)} nodes in {len(batches)} batches")
     results: list[NodeResult] = []
-    futures = [check_batch.submit(ctx, b, len(b) - 1) for b in batches]
-    for done, future in enumerate(futures, 1):
-        results += future.result()
-        update_progress_artifact(progress, 100.0 * done / max(1, len(futures)))
-    report = SweepReport(checked=len(results), skipped_foreign=foreign)
+    # At most sweep_parallel_batches batches in flight; the task runner's pool bounds it too.
+    for start in range(0, len(batches), p.sweep_parallel_batches):
+        wave = batches[start:start + p.sweep_parallel_batches]
+        futures = [check_batch.submit(ctx, b, len(b) - 1) for b in wave]
+        for future in futures:
+            results += future.result()
+        update_progress_artifact(progress, 100.0 * min(len(batches), start + len(wave)) / max(1, len(batches)))
+    report.checked = len(results)
+    since = datetime.now(timezone.utc) - timedelta(hours=p.sweep_repeat_window_h)
     for r in results:
-        if r.overall == "FAIL":
-            report.failing.append(r)
-            report.events_emitted += int(emit_alarm(ctx, r))
-        elif r.overall == "UNREACHABLE":
+        if r.overall == "UNREACHABLE":
             report.unreachable.append(r)
+            continue
+        if r.overall != "FAIL":
+            continue
+        report.failing.append(r)
+        failures = journal.check_failures_since(ctx, r.node, since)
+        repeat_why = None
+        if failures >= p.sweep_repeat_failures:
+            repeat_why = f"failed {failures} health sweeps in {p.sweep_repeat_window_h:g} h"
+            report.repeat_offenders[r.node] = repeat_why
+            journal.flag_repeat_offender(ctx, r.node, repeat_why)
+        report.alarms[r.node] = raise_alarm(ctx, r, repeat_why)
+    log.info("health sweep: %d checked, %d failing, %d unreachable, %d skipped, %d repeat offenders",
+             report.checked, len(report.failing), len(report.unreachable), len(skipped), len(report.repeat_offenders))
     return report

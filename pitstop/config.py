@@ -45,6 +45,12 @@ class WrapperSettings(BaseModel):
     drain_grace_s: float = Field(
         default=5.0, ge=0, description="after the command exits, how long its pipes are still read"
     )
+    classify_head_bytes: int = Field(
+        default=2 * 1024 * 1024, ge=0, description="of a large log, how much of the start is classified"
+    )
+    classify_tail_bytes: int = Field(
+        default=8 * 1024 * 1024, ge=1024, description="of a large log, how much of the end is classified"
+    )
 
 
 class SlurmSettings(BaseModel):
@@ -109,6 +115,11 @@ class TriggerSettings(BaseModel):
     )
     flush_interval_s: float = Field(default=5.0, gt=0, description="`pitstop up` spool flush loop")
     runner_poll_s: float = Field(default=1.0, gt=0, description="how often served deployments poll")
+    fast_lane: bool = Field(
+        default=True, description="run event-triggered flows in `pitstop up`'s process (no spawn)"
+    )
+    fast_lane_workers: int = Field(default=4, ge=1, description="flow runs the fast lane runs at once")
+    fast_lane_poll_s: float = Field(default=0.25, gt=0, description="how often the fast lane polls")
     server_port: int = Field(default=4200, ge=1, le=65535, description="local server of `pitstop up`")
     spool_keep_sent: int = Field(default=1000, ge=0, description="delivered events kept for audit")
 
@@ -183,10 +194,19 @@ class PipelineSettings(BaseModel):
     )
     node_check_timeout_s: float = Field(default=60.0, gt=0)
     sweep_batch_size: int = Field(default=32, ge=1, description="nodes per health_sweep task")
+    sweep_parallel_batches: int = Field(default=4, ge=1, description="health_sweep batches checked at once")
+    sweep_repeat_failures: int = Field(
+        default=3, ge=2, description="failed sweeps within the window that flag a repeat offender"
+    )
+    sweep_repeat_window_h: float = Field(default=168.0, gt=0, description="repeat-offender window (hours)")
     max_evidence_lines: int = Field(default=12, ge=1, description="evidence lines in a notification")
     demo_dir: Path | None = Field(default=None, description="demo cluster state; $PITSTOP_HOME/demo")
     demo_nodes: int = Field(default=8, ge=2)
     demo_seed: int = 7
+    demo_op_delay_s: float = Field(
+        default=0.0, ge=0, le=60,
+        description="how long each change to the demo cluster takes, like a slow scontrol (tests kill flows mid-action)",
+    )
     user_notify_url: str | None = Field(
         default=None,
         description="apprise URL for a job's user; {user} is replaced, e.g. mailtos://...?to={user}@example.org",

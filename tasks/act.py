@@ -83,20 +83,29 @@ def _requeue(ctx: PipelineContext, a: PlannedAction, facts: dict) -> ActResult:
 
 
 def _diag(ctx: PipelineContext, a: PlannedAction, facts: dict) -> ActResult:
-    """DCGM diag at the policy's level; without DCGM the quick node check stands in (said so)."""
+    """DCGM diag at the policy's level, then the node check (NVML, Xid, InfiniBand, disk).
+    Passed = both pass; without DCGM on the node the node check alone decides (and says so)."""
     level = a.diag_level or 1
-    timeout = max(ctx.settings.pipeline.node_check_timeout_s, 120.0 * level)
-    result = ctx.runner.run(a.target, ["dcgmi", "diag", "-r", str(level)], timeout)
-    if result.exit_code == 127 or (result.error and "not found" in result.error):
-        check = ctx.runner.run(a.target, ctx.settings.pipeline.node_check_argv, ctx.settings.pipeline.node_check_timeout_s)
-        report, why = parse_node_check(check.stdout, check.status, check.error)
-        passed = report is not None and report.overall is not CheckStatus.FAIL
-        summary = f"DCGM unavailable on {a.target}; node check: {report.overall if report else why}"
-        details = {"passed": passed, "summary": summary, "tool": "node-check"}
+    p = ctx.settings.pipeline
+    result = ctx.runner.run(a.target, ["dcgmi", "diag", "-r", str(level)], max(p.node_check_timeout_s, 120.0 * level))
+    check = ctx.runner.run(a.target, p.node_check_argv, p.node_check_timeout_s)
+    report, why = parse_node_check(check.stdout, check.status, check.error)
+    check_ok = report is not None and report.overall is not CheckStatus.FAIL
+    failing = [f"{c.name}: {c.summary}" for c in (report.checks if report else []) if c.status is CheckStatus.FAIL]
+    check_text = f"node check {report.overall}" + (f" ({'; '.join(failing)})" if failing else "") if report else f"node check unavailable: {why}"
+    missing = result.exit_code == 127 or bool(result.error and "not found" in result.error)
+    if missing:
+        # The quick node check can stand in for level 1 only; a sticky fault's level 3 cannot be
+        # vouched for without DCGM, so the node stays out for a human.
+        passed, tool = check_ok and level <= 1, "node-check"
+        dcgm_text = f"DCGM unavailable on {a.target}" + ("" if level <= 1 else f": level {level} diagnostics could not run")
     else:
-        passed = result.status is HostStatus.OK and result.exit_code == 0
-        summary = f"dcgmi diag -r {level} on {a.target}: {'passed' if passed else 'FAILED'}"
-        details = {"passed": passed, "summary": summary, "tool": "dcgmi", "output": result.stdout[-4000:]}
+        dcgm_ok = result.status is HostStatus.OK and result.exit_code == 0
+        passed, tool = dcgm_ok and check_ok, "dcgmi+node-check"
+        dcgm_text = f"dcgmi diag -r {level} on {a.target}: {'passed' if dcgm_ok else 'FAILED'}"
+    summary = f"{dcgm_text}; {check_text}"
+    details = {"passed": passed, "summary": summary, "tool": tool, "level": level,
+               "dcgm_output": (result.stdout or "")[-4000:], "failing_checks": failing}
     facts.setdefault("diag", {})[a.target] = details
     return ActResult(ok=True, summary=summary, details=details)
 

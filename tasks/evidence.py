@@ -71,29 +71,12 @@ def gather_job_evidence(ctx: PipelineContext, job: JobRecord, incident_id: int, 
             problems.append(f"log {raw} is not readable from this host")
 
     out_dir = ctx.incident_dir(incident_id)
-    pipeline = ctx.settings.pipeline
-    nodes: list[NodeEvidence] = [NodeEvidence(node=n) for n in job.nodes]
-    kernel_chunks: list[str] = []
-    if job.nodes:
-        kernel_results = ctx.runner.fan_out(job.nodes, pipeline.kernel_log_argv, pipeline.node_check_timeout_s)
-        check_results = ctx.runner.fan_out(job.nodes, pipeline.node_check_argv, pipeline.node_check_timeout_s)
-        for evidence, kres, cres in zip(nodes, kernel_results, check_results):
-            if kres.status is HostStatus.OK:
-                text = _kernel_text(kres.stdout)
-                path = out_dir / f"kernel-{evidence.node}.log"
-                path.write_text(text + "\n" if text else "", encoding="utf-8")
-                evidence.kernel_log, evidence.kernel_lines = str(path), len(text.splitlines())
-                if text:
-                    kernel_chunks.append(text)
-            else:
-                evidence.problems.append(f"kernel log: {kres.error or kres.status}")
-            evidence.check, why = parse_node_check(cres.stdout, cres.status, cres.error)
-            if why:
-                evidence.problems.append(f"node check: {why}")
+    nodes = collect_node_evidence(ctx, job.nodes, out_dir)
+    kernel_chunks = [Path(n.kernel_log).read_text(encoding="utf-8") for n in nodes if n.kernel_log and n.kernel_lines]
     kernel_log = None
     if kernel_chunks:
         path = out_dir / "kernel.log"
-        path.write_text("\n".join(kernel_chunks) + "\n", encoding="utf-8")
+        path.write_text("".join(kernel_chunks), encoding="utf-8")
         kernel_log = str(path)
     return JobEvidence(
         job=job,
@@ -103,6 +86,42 @@ def gather_job_evidence(ctx: PipelineContext, job: JobRecord, incident_id: int, 
         nodes=nodes,
         problems=problems + [f"{n.node}: {p}" for n in nodes for p in n.problems],
     )
+
+
+def collect_node_evidence(ctx: PipelineContext, names: list[str], out_dir: Path) -> list[NodeEvidence]:
+    """Kernel (Xid) lines and the quick node check of each node, over the runner's fan-out."""
+    pipeline = ctx.settings.pipeline
+    nodes = [NodeEvidence(node=n) for n in names]
+    if not names:
+        return nodes
+    kernel_results = ctx.runner.fan_out(names, pipeline.kernel_log_argv, pipeline.node_check_timeout_s)
+    check_results = ctx.runner.fan_out(names, pipeline.node_check_argv, pipeline.node_check_timeout_s)
+    for evidence, kres, cres in zip(nodes, kernel_results, check_results):
+        if kres.status is HostStatus.OK and kres.exit_code == 0:
+            text = _kernel_text(kres.stdout)
+            path = out_dir / f"kernel-{evidence.node}.log"
+            path.write_text(text + "\n" if text else "", encoding="utf-8")
+            evidence.kernel_log, evidence.kernel_lines = str(path), len(text.splitlines())
+        else:
+            evidence.problems.append(f"kernel log: {failure_text(kres)}")
+        evidence.check, why = parse_node_check(cres.stdout, cres.status, failure_text(cres))
+        if why:
+            evidence.problems.append(f"node check: {why}")
+    return nodes
+
+
+@task(name="gather-node-evidence", cache_policy=NO_CACHE, task_run_name="evidence-{node}")
+def gather_node_evidence(ctx: PipelineContext, node: str, incident_id: int) -> NodeEvidence:
+    return collect_node_evidence(ctx, [node], ctx.incident_dir(incident_id))[0]
+
+
+def failure_text(res) -> str:
+    """Why a remote command gave no usable answer, in one line (the runner's error, else the
+    exit status and the start of stderr: `Permission denied`, `command not found`...)."""
+    if res.error:
+        return res.error
+    stderr = " ".join((res.stderr or "").split())[:200]
+    return f"{res.host}: exit {res.exit_code}" + (f": {stderr}" if stderr else "")
 
 
 def parse_node_check(stdout: str, status: HostStatus, error: str | None) -> tuple[NodeCheckReport | None, str | None]:

@@ -281,3 +281,34 @@ def load_history(ctx: PipelineContext, incident_id: int, verdict: Verdict, job: 
         job_id=job.job_id if job else None, nodes=nodes, cluster_nodes=cluster_nodes,
         exclude_incident_id=incident_id,
     )
+
+
+# --- health sweeps --------------------------------------------------------------------------
+
+
+def record_checks(ctx: PipelineContext, results: list[tuple[str, str, str]]) -> None:
+    """One `check` node event per (node, overall, summary): the sweep history."""
+    from pitstop.store.tables import NodeEvent
+
+    with ctx.store.session() as session:
+        for node, overall, summary in results:
+            session.add(NodeEvent(cluster=ctx.cluster_name, node=node, kind="check", state=overall, detail=summary[:500]))
+        session.commit()
+
+
+def check_failures_since(ctx: PipelineContext, node: str, since: datetime) -> int:
+    from sqlalchemy import func
+
+    from pitstop.store.tables import NodeEvent
+
+    with ctx.store.session() as session:
+        return session.exec(select(func.count()).select_from(NodeEvent).where(
+            NodeEvent.cluster == ctx.cluster_name, NodeEvent.node == node, NodeEvent.kind == "check",
+            NodeEvent.state == "FAIL", NodeEvent.at >= since)).one()
+
+
+def flag_repeat_offender(ctx: PipelineContext, node: str, why: str) -> None:
+    """Mark the node (`pitstop nodes` shows it); keeps reasons the lemon detector gave."""
+    current = next((r for r in records.list_nodes(ctx.store, ctx.cluster_name) if r.name == node), None)
+    reasons = [r for r in (current.lemon_reasons if current else []) if not r.startswith("failed ")]
+    records.set_node_lemon(ctx.store, ctx.cluster_name, node, reasons + [why])

@@ -37,7 +37,7 @@ _STATE_WORDS = {
     "failed": "FAILED",
     "denied": "denied",
     "awaiting_approval": "WAITING FOR APPROVAL",
-    "skipped": "skipped",
+    "skipped": "not done",
     "blocked": "blocked",
 }
 

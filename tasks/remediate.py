@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pydantic import BaseModel, Field
 
 from pitstop.policy.decide import Decision, PlannedAction
-from pitstop.policy.model import NODE_CHANGING, NOTIFYING, ActionKind
+from pitstop.policy.model import NODE_CHANGING, NODE_TARGETED, NOTIFYING, ActionKind
 from tasks import journal
 from tasks.act import ACT_TASKS, already_applied, intent_params
 from tasks.approval import wait_for_approval
@@ -89,12 +89,21 @@ def _one(ctx, incident_id, action: PlannedAction, outcome, ask_approval, rma) ->
     if action.kind in NOTIFYING:
         line.state, line.detail = "intended", "sent with the incident notification"
         return line
+    denied_drains = outcome.facts.setdefault("denied_drains", [])
+    if action.target in denied_drains and action.kind in NODE_TARGETED:
+        # The human said no to taking this node out: do not ask again for each step after it.
+        result = f"not done: the drain of {action.target} was denied"
+        journal.finish(ctx, incident_id, seq, "skipped", result)
+        line.state, line.detail = "skipped", result
+        return line
     if action.disposition == "ask" and row.state == "awaiting_approval":
         ask_approval(action)
         outcome.approvals_asked += 1
         answer = wait_for_approval(f"incident-{incident_id}-action-{seq}", ctx.settings.pipeline.approval_timeout_s)
         journal.resolve_approval(ctx, incident_id, seq, answer.approved, answer.summary)
         if not answer.approved:
+            if action.kind is ActionKind.DRAIN:
+                denied_drains.append(action.target)
             line.state, line.detail = "denied", answer.summary
             return line
         line.detail = answer.summary

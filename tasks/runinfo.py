@@ -4,16 +4,19 @@ from __future__ import annotations
 
 
 def current_flow_run() -> tuple[str | None, str | None]:
-    """(flow run id, UI URL) or (None, None) outside a flow run or without a UI URL."""
+    """(flow run id, UI URL) or (None, None) outside a flow run or without a UI URL.
+
+    The link is built like Prefect's own "View at ..." log line (`url_for`): the UI's route is
+    /runs/flow-run/<id> (prefect.runtime's helper builds /flow-runs/..., which the UI lacks).
+    """
     from prefect.runtime import flow_run
+    from prefect.utilities.urls import url_for
 
     run_id = flow_run.get_id()
     if not run_id:
         return None, None
-    url = flow_run.get_flow_run_ui_url() if hasattr(flow_run, "get_flow_run_ui_url") else None
-    if not url:
-        from prefect.settings import PREFECT_UI_URL
-
-        base = PREFECT_UI_URL.value()
-        url = f"{base.rstrip('/')}/runs/flow-run/{run_id}" if base else None
+    try:
+        url = url_for("flow-run", obj_id=str(run_id))
+    except Exception:  # no UI URL configured: the notification says so by omitting the link
+        url = None
     return str(run_id), url

@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
                 typer.echo(item.event.model_dump_json())
             else:
                 p = item.event.payload
-                about = p.get("job_id") and f"job {p['job_id']}" or p.get("node", "?")
+                about = f"node {p.get('node')}" if "node" in p else f"job {p.get('job_id')}"
                 typer.echo(f"{item.event.occurred.isoformat()}  {item.event.event:20}  "
                            f"{about}  {item.event.id}")
         if not as_json:

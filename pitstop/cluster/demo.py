@@ -71,9 +71,10 @@ class InjectedFault(BaseModel):
 class DemoCluster:
     """Implements `Scheduler` and `RemoteRunner` over the JSON state in `root`."""
 
-    def __init__(self, root: Path, name: str = "demo") -> None:
+    def __init__(self, root: Path, name: str = "demo", op_delay_s: float = 0.0) -> None:
         self.root = Path(root)
         self.name = name
+        self.op_delay_s = op_delay_s  # a change "takes" this long after it is applied
         self.state_path = self.root / "cluster.json"
         self.logs_dir = self.root / "jobs"
 
@@ -141,6 +142,8 @@ class DemoCluster:
             state = self._read()
             yield state
             self._write(state)
+        if self.op_delay_s:
+            time.sleep(self.op_delay_s)  # applied, not yet acknowledged: where a crash hurts most
 
     @staticmethod
     def _log(state: DemoState, op: str, target: str, **detail) -> None:

@@ -21,11 +21,10 @@ def demo_root(settings: Settings) -> Path:
 def make_demo_cluster(settings: Settings):
     from pitstop.cluster.demo import DemoCluster
 
-    cluster = DemoCluster(demo_root(settings))
+    delay = settings.pipeline.demo_op_delay_s
+    cluster = DemoCluster(demo_root(settings), op_delay_s=delay)
     if not cluster.exists():
-        cluster = DemoCluster.create(
-            demo_root(settings), nodes=settings.pipeline.demo_nodes, seed=settings.pipeline.demo_seed
-        )
+        DemoCluster.create(demo_root(settings), nodes=settings.pipeline.demo_nodes, seed=settings.pipeline.demo_seed)
     return cluster
 
 

@@ -257,6 +257,8 @@ def _finish(ns, metadata, run_dir, loader, exit_code, sig, ended, forwarded, lau
             signals_forwarded=forwarded,
             stdout_bytes=pump.streams[0].bytes_read if pump else 0,
             stderr_bytes=pump.streams[1].bytes_read if pump else 0,
+            stdout_newlines=pump.streams[0].newlines if pump else 0,
+            stderr_newlines=pump.streams[1].newlines if pump else 0,
             warnings=warnings,
         )
         settings = loader.settings

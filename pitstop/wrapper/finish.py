@@ -17,6 +17,7 @@ from pitstop.notify import NotifyOutcome, NotifyStatus, send
 from pitstop.wrapper import rundir
 from pitstop.wrapper.attachments import AttachmentPlan, plan_attachments
 from pitstop.wrapper.excerpt import tail_lines
+from pitstop.wrapper.logwindow import LogWindows
 from pitstop.wrapper.exitstatus import NOT_FOUND
 from pitstop.wrapper.outcome import RunOutcome
 from pitstop.wrapper.record import RunRecorder
@@ -50,7 +51,9 @@ def not_started_verdict(outcome: RunOutcome) -> Verdict:
     )
 
 
-def classify_run(outcome: RunOutcome, classify: Classify | None) -> tuple[Verdict, str | None]:
+def classify_run(
+    outcome: RunOutcome, classify: Classify | None, settings: Settings
+) -> tuple[Verdict, str | None]:
     if outcome.launch_error is not None:
         return not_started_verdict(outcome), None
     facts = SchedulerFacts(
@@ -62,11 +65,17 @@ def classify_run(outcome: RunOutcome, classify: Classify | None) -> tuple[Verdic
             else None
         ),
     )
-    logs = [outcome.run_dir / rundir.STDERR_LOG, outcome.run_dir / rundir.STDOUT_LOG]
+    run_dir = outcome.run_dir
+    logs = {
+        run_dir / rundir.STDERR_LOG: outcome.stderr_newlines,
+        run_dir / rundir.STDOUT_LOG: outcome.stdout_newlines,
+    }
+    windows = LogWindows(run_dir / ".classify", settings.wrapper)
     try:
         if classify is None:
             raise RuntimeError("no classifier is available")
-        return classify(logs, facts), None
+        paths = [p for log, lines in logs.items() for p in windows.of(log, lines)]
+        return windows.remap(classify(paths, facts)), None
     except Exception as exc:
         fallback = Verdict(
             cause=Cause.SUCCESS if outcome.exit_code == 0 else Cause.UNKNOWN,
@@ -75,6 +84,8 @@ def classify_run(outcome: RunOutcome, classify: Classify | None) -> tuple[Verdic
             evidence=[Evidence(line=0, text=f"exit code {outcome.exit_code}", source="wrapper")],
         )
         return fallback, f"classification failed, cause left unknown: {exc!r}"[:400]
+    finally:
+        windows.clean()
 
 
 def should_notify(outcome: RunOutcome, verdict: Verdict, settings: Settings) -> bool:
@@ -91,7 +102,7 @@ def finish_run(
     warnings: list[str] = list(outcome.warnings)
     run_dir = outcome.run_dir
 
-    verdict, problem = classify_run(outcome, classify)
+    verdict, problem = classify_run(outcome, classify, settings)
     if problem:
         warnings.append(problem)
     _write(run_dir / rundir.VERDICT, verdict.model_dump(mode="json"), warnings)

@@ -46,8 +46,9 @@ def iso_utc(epoch: float) -> str:
 
 
 def new_run_id(epoch: float) -> str:
-    """Sortable by start time, unique without coordination: 20261202T150405Z-a1b2c3."""
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(epoch)) + "-" + os.urandom(3).hex()
+    """Sortable by start time (to the ms), unique without coordination: 20261202T150405123Z-a1b2c3."""
+    ms = int(epoch * 1000) % 1000
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(epoch)) + f"{ms:03d}Z-" + os.urandom(3).hex()
 
 
 def current_user(environ: os._Environ | dict) -> str:

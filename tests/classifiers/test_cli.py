@@ -43,7 +43,7 @@ def test_eval_prints_table_and_json() -> None:
     proc = _pitstop("classify", "--eval", str(DEV))
     assert proc.returncode == 0 and "macro-F1" in proc.stdout and "confusion" in proc.stdout
     report = json.loads(_pitstop("classify", "--eval", str(DEV), "--json").stdout)
-    assert report["total"] == 134 and report["macro_f1"] >= 0.93
+    assert report["total"] == 134 and report["macro_f1"] >= 0.945
 
 
 def test_classify_does_not_import_prefect(tmp_path: Path) -> None:

@@ -75,3 +75,28 @@ def test_evidence_is_capped_truncated_and_first_occurrence() -> None:
 def test_nothing_recognisable_is_unknown() -> None:
     verdict = classify_text("hello\nworld\n")
     assert (verdict.cause, verdict.signature) == (Cause.UNKNOWN, "no-match")
+
+
+def test_evidence_keeps_first_and_last_occurrence_of_the_deciding_rule() -> None:
+    lines = ["step 1 loss 2.0", "step 2 loss nan"] + [f"step {i} loss 1.0" for i in range(3, 40)] + ["step 40 loss nan", "done"]
+    verdict = classify_text("\n".join(lines))
+    assert verdict.cause is Cause.NUMERICAL
+    assert [e.line for e in verdict.evidence] == [2, 40]
+    assert "step 40" in verdict.evidence[-1].text
+    once = classify_text("step 1\nstep 2 loss nan\nstep 3\n")
+    assert [e.line for e in once.evidence] == [2]
+
+
+def test_last_occurrence_is_found_across_windows(tmp_path) -> None:
+    from classifiers import RULES, _engine
+    from classifiers.scan import scan_stream
+
+    body = [b"iteration %d ok\n" % i for i in range(30000)]
+    body[10] = body[25000] = body[29990] = b"OSError: [Errno 28] No space left on device\n"
+    path = tmp_path / "many.log"
+    path.write_bytes(b"".join(body))
+    for engine in ("hyperscan", "re2", "re"):
+        with open(path, "rb") as stream:
+            hits = scan_stream(stream, _engine(engine), RULES, "log", window_bytes=8192)
+        hit = next(h for h in hits if h.signature == "no-space-left")
+        assert (hit.line, hit.last_line) == (11, 29991), engine

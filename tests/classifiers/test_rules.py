@@ -48,7 +48,28 @@ def test_patterns_that_could_span_lines_are_rejected() -> None:
 def test_hint_lookup_for_templated_and_fixed_signatures() -> None:
     assert "bus" in hint_for("xid-79")
     assert "RMA" in hint_for("xid-62") or "reset" in hint_for("xid-62")
-    assert "Xid catalog" in hint_for("xid-13")
+    assert "user bug" in hint_for("xid-13")  # the catalog says Xid 13 implicates the application
+    assert "Xid catalog" in hint_for("xid-999")  # not in the catalog: the generic row
     assert hint_for("py-ZeroDivisionError") == hint_for("py-SomeOtherError") != ""
     assert "time limit" in hint_for("slurm-state-timeout")
     assert hint_for("no-such-signature") == ""
+
+
+def test_xid_causes_follow_the_node_catalog() -> None:
+    """Every catalogued Xid gets the cause its `implicates` names, and the node's FAIL Xids win over
+    an NCCL timeout while IGNORE ones never do: one source of truth, pitstop.node.xid."""
+    from pitstop.models import CheckStatus
+    from pitstop.node.xid import ACTION_STATUS, XID_CATALOG
+
+    from classifiers.xid_rules import CAUSE_OF
+
+    watchdog = "[E ProcessGroupNCCL.cpp:828] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1)"
+    for xid, info in XID_CATALOG.items():
+        line = f"NVRM: Xid (PCI:0000:3b:00): {xid}, pid=1, {info.description}"
+        verdict = classify_text(line)
+        assert verdict.signature == f"xid-{xid}" and verdict.cause is CAUSE_OF[info.implicates], xid
+        combined = classify_text(watchdog + "\n" + line).cause
+        if ACTION_STATUS.get(info.immediate) is CheckStatus.FAIL and verdict.cause.value != "software_bug":
+            assert combined is verdict.cause, xid
+        if ACTION_STATUS.get(info.immediate) is CheckStatus.OK:
+            assert combined.value == "nccl_timeout", xid

@@ -69,12 +69,17 @@ def served(warm_prefect, isolated_home: Path) -> Iterator[dict]:
     deployment = None
     while time.monotonic() < deadline and proc.poll() is None:
         deployment = rest.deployment("post-failure", "post-failure")
-        if deployment and any(a["name"].startswith("pitstop: pitstop.job.ended") for a in rest.automations()):
+        serving = b"Serving:" in log_path.read_bytes()  # this `pitstop up`, not an earlier one
+        if serving and deployment and any(
+            a["name"].startswith("pitstop: pitstop.job.ended") for a in rest.automations()
+        ):
             break
         time.sleep(1)
     assert deployment, f"pitstop up did not register its deployments:\n{log_path.read_text()[-3000:]}"
     try:
-        yield {"env": env, "rest": rest, "deployment": deployment, "log": log_path, "proc": proc}
+        time.sleep(2)  # `serve` applies the deployments and their automations after printing
+        yield {"env": env, "rest": rest, "deployment": deployment, "log": log_path, "proc": proc,
+               "since": time.time() - 1}
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -85,10 +90,15 @@ def served(warm_prefect, isolated_home: Path) -> Iterator[dict]:
 
 
 def _wait_for_runs(rest: PrefectRest, deployment_id: str, job_id: str, timeout_s: float,
-                   state: str | None = None) -> list[dict]:
+                   state: str | None = None, since: float = 0.0) -> list[dict]:
+    """Runs for `job_id` created after `since` (epoch s): demo job ids repeat across tests."""
+    from datetime import datetime
+
     deadline = time.monotonic() + timeout_s
     while True:
-        runs = [r for r in rest.flow_runs(deployment_id) if str(r["parameters"].get("job_id")) == job_id]
+        runs = [r for r in rest.flow_runs(deployment_id)
+                if str(r["parameters"].get("job_id")) == job_id
+                and datetime.fromisoformat(r["created"].replace("Z", "+00:00")).timestamp() >= since]
         if runs and (state is None or all(r["state_type"] == state for r in runs)):
             return runs
         if time.monotonic() > deadline:
@@ -114,13 +124,14 @@ def test_failed_job_event_starts_post_failure_once(served: dict, isolated_home: 
     assert proc.returncode == 0
 
     rest, deployment = served["rest"], served["deployment"]
-    runs = _wait_for_runs(rest, deployment["id"], job.job_id, timeout_s=60)
+    runs = _wait_for_runs(rest, deployment["id"], job.job_id, timeout_s=60, since=served["since"])
     assert len(runs) == 1, f"no post_failure run for job {job.job_id}:\n{served['log'].read_text()[-3000:]}"
     run = runs[0]
     assert run["parameters"]["cluster"] == "demo"
     assert run["parameters"]["facts"]["exit_code"] == int(hook_env["SLURM_JOB_EXIT_CODE2"].split(":")[0])
 
-    done = _wait_for_runs(rest, deployment["id"], job.job_id, timeout_s=120, state="COMPLETED")
+    done = _wait_for_runs(rest, deployment["id"], job.job_id, timeout_s=120, state="COMPLETED",
+                          since=served["since"])
     assert done and done[0]["state_type"] == "COMPLETED", (
         f"post_failure ended {done[0]['state_type'] if done else '?'}:\n{served['log'].read_text()[-4000:]}"
     )
@@ -134,4 +145,23 @@ def test_failed_job_event_starts_post_failure_once(served: dict, isolated_home: 
     report = flush(spool, PrefectEventsClient(served["env"]["PREFECT_API_URL"], 5.0), keep_sent=10)
     assert report.delivered == 1
     time.sleep(8)  # trigger evaluation and the runner's poll, several times over
-    assert len(_wait_for_runs(rest, deployment["id"], job.job_id, timeout_s=0)) == 1
+    assert len(_wait_for_runs(rest, deployment["id"], job.job_id, timeout_s=0, since=served["since"])) == 1
+
+
+@pytest.mark.prefect
+@pytest.mark.slow
+def test_event_spooled_while_prefect_was_down_is_delivered_by_pitstop_up(served: dict, isolated_home: Path) -> None:
+    """The epilog could not reach Prefect; `pitstop up`'s deliverer sends it, the flow runs."""
+    from tests.triggers.conftest import closed_port_url
+
+    demo = DemoCluster.create(isolated_home / "demo", nodes=8, seed=5)
+    [fault] = demo.inject_faults(1, kinds=["software_bug"])
+    hook_env = {"PITSTOP_HOME": str(isolated_home), "PREFECT_API_URL": closed_port_url(),
+                "SLURM_JOB_ID": fault.job_id, "SLURM_CLUSTER_NAME": "demo",
+                "SLURM_JOB_EXIT_CODE2": "1:0", "SLURM_JOB_NODELIST": ",".join(fault.nodes)}
+    proc = subprocess.run([str(PITSTOP_BIN), "epilog"], env=hook_env, capture_output=True, timeout=30)
+    assert proc.returncode == 0 and b"unreachable" in proc.stderr
+    runs = _wait_for_runs(served["rest"], served["deployment"]["id"], fault.job_id, timeout_s=60,
+                          since=served["since"])
+    assert len(runs) == 1, f"spooled event not delivered by pitstop up:\n{served['log'].read_text()[-3000:]}"
+    assert Spool(isolated_home / "spool").pending_paths() == []

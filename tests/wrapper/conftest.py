@@ -95,10 +95,7 @@ class Finished:
     stdout: bytes
     stderr: bytes
     home: Path
-
-    @property
-    def run_dir(self) -> Path:
-        return latest_run_dir(self.home)
+    run_dir: Path | None
 
     def json(self, name: str) -> dict:
         return json.loads((self.run_dir / name).read_text())
@@ -141,10 +138,14 @@ def run_pitstop(isolated_home: Path):
     def _run(cmd: list[str], opts: list[str] = (), env: dict | None = None, timeout: float = 120,
              cwd: Path | None = None) -> Finished:
         full_env = {**os.environ, "PITSTOP_NOTIFY__TIMEOUT_S": "5", **(env or {})}
+        runs = Path(full_env["PITSTOP_HOME"]) / "runs"
+        before = set(runs.iterdir()) if runs.is_dir() else set()
         proc = subprocess.run(
             [PITSTOP, "run", *opts, "--", *cmd],
             capture_output=True, env=full_env, timeout=timeout, cwd=cwd,
         )
-        return Finished(proc.returncode, proc.stdout, proc.stderr, isolated_home)
+        new = sorted(set(runs.iterdir()) - before) if runs.is_dir() else []
+        assert len(new) <= 1, f"one run, one directory: {new}"
+        return Finished(proc.returncode, proc.stdout, proc.stderr, isolated_home, new[0] if new else None)
 
     return _run

@@ -187,8 +187,13 @@ def main() -> int:
         if not totals:
             print("no measurements", file=sys.stderr)
             return 1
+        fast = up_log.read_text(errors="replace").count("fast lane: started flow run")
+        load = "/".join(f"{x:.1f}" for x in os.getloadavg())
         print()
-        print(f"jobs measured: {len(totals)} (mode {args.mode}, demo cluster, no DCGM, 2 CPU cores shared)")
+        print(f"jobs measured: {len(totals)} (mode {args.mode}, demo cluster, no DCGM; "
+              f"{os.cpu_count()} CPUs, load average {load} at the end)")
+        print(f"runs started in-process by the fast lane: {fast} of {len(totals) + 1} "
+              "(the rest by Prefect's runner, in a spawned interpreter)")
         print(f"job end -> notification received: p50 {statistics.median(totals):.2f} s, "
               f"p99 {percentile(totals, 99):.2f} s, max {max(totals):.2f} s")
         for name, values in [("epilog (spool+deliver)", epilogs), ("job end -> flow run created", to_created),

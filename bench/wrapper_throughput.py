@@ -6,7 +6,7 @@
 Throughput: the wall time of `pitstop run -- CHILD > /dev/null` over `CHILD | tee FILE > /dev/null`,
 run alternately, median of --reps, for two children printing --mb MiB:
   firehose  writes prebuilt 1 MiB blocks of log lines (the worst case: the consumer is the limit)
-  logger    prints line by line, like a training script's logger
+  logger    formats and writes line by line, like a training script's logger
 Start-up: time from launch until the child runs (the child prints its own start time), and the
 total wall time of `pitstop run -- true`, each against the bare command. Figures in ms.
 """
@@ -37,9 +37,9 @@ for _ in range(int(sys.argv[1])):
 
 LOGGER = """
 import sys
-lines = int(sys.argv[1]) * (1 << 20) // 64
-for i in range(lines):
-    print(f"step {i:08d} loss {2.3456:.4f} lr 3.0e-4 tokens/s 123456 grad_norm 0.9")
+write = sys.stdout.write  # block-buffered, one formatted line at a time, like a training logger
+for i in range(int(sys.argv[1]) * (1 << 20) // 64):
+    write(f"step {i:08d} loss {2.3456:.4f} lr 3.0e-4 tokens/s 123456 grad_norm 0.9\\n")
 """
 
 

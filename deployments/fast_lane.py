@@ -36,7 +36,6 @@ class FastLane:
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pitstop-fast-lane")
         self.free = threading.BoundedSemaphore(workers)
         self.deployment_flows: dict[UUID, Flow] = {}
-        self.started: list[UUID] = []  # for `pitstop up`'s log and the tests
 
     def _resolve(self, client) -> None:
         for full_name, flow in self.flows.items():
@@ -91,7 +90,7 @@ class FastLane:
         finally:
             self.free.release()
 
-    def poll_once(self, client) -> int:
+    def poll_once(self, client, on_message: Callable[[str], None] | None = None) -> int:
         self._resolve(client)
         if not self.deployment_flows:
             return 0
@@ -102,20 +101,22 @@ class FastLane:
             if not self._claim(client, flow_run):
                 self.free.release()
                 continue
-            self.started.append(flow_run.id)
+            if on_message is not None:
+                on_message(f"fast lane: started flow run {flow_run.id} "
+                           f"(parameters {sorted(flow_run.parameters)})")
             self.pool.submit(self._run, self.deployment_flows[flow_run.deployment_id], flow_run)
             started += 1
         return started
 
-    def run_forever(self, stop: threading.Event, on_error: Callable[[str], None] | None = None) -> None:
+    def run_forever(self, stop: threading.Event, on_message: Callable[[str], None] | None = None) -> None:
         from prefect.client.orchestration import get_client
 
         with get_client(sync_client=True) as client:
             while not stop.is_set():
                 try:
-                    self.poll_once(client)
+                    self.poll_once(client, on_message)
                 except Exception as exc:  # server restarting, network blip: try again next tick
-                    if on_error is not None:
-                        on_error(f"fast lane: {type(exc).__name__}: {exc}")
+                    if on_message is not None:
+                        on_message(f"fast lane: {type(exc).__name__}: {exc}")
                 stop.wait(self.poll_s)
         self.pool.shutdown(wait=False, cancel_futures=True)

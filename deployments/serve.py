@@ -129,7 +129,7 @@ def build_deployments(
 
 def serve_deployments(
     settings: Settings, deployments: list[RunnerDeployment], flows: FlowSet | None = None,
-    on_error: Callable[[str], None] | None = None,
+    on_message: Callable[[str], None] | None = None,
 ) -> None:
     """Blocks: registers the deployments and their automations, then runs what they trigger.
 
@@ -152,7 +152,7 @@ def serve_deployments(
             poll_s=settings.triggers.fast_lane_poll_s,
             workers=settings.triggers.fast_lane_workers,
         )
-        threading.Thread(target=lane.run_forever, args=(stop, on_error), name="pitstop-fast-lane",
+        threading.Thread(target=lane.run_forever, args=(stop, on_message), name="pitstop-fast-lane",
                          daemon=True).start()
     try:
         serve(*deployments, query_seconds=settings.triggers.runner_poll_s,

@@ -99,7 +99,9 @@ def _one(ctx, incident_id, action: PlannedAction, outcome, ask_approval, rma) ->
     if action.disposition == "ask" and row.state == "awaiting_approval":
         ask_approval(action)
         outcome.approvals_asked += 1
+        journal.set_status(ctx, incident_id, "awaiting_approval")  # what `pitstop incidents` shows meanwhile
         answer = wait_for_approval(f"incident-{incident_id}-action-{seq}", ctx.settings.pipeline.approval_timeout_s)
+        journal.set_status(ctx, incident_id, "acting")
         journal.resolve_approval(ctx, incident_id, seq, answer.approved, answer.summary)
         if not answer.approved:
             if action.kind is ActionKind.DRAIN:

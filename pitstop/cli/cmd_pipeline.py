@@ -14,12 +14,19 @@ import time
 import typer
 
 
+# journal state -> what the demo table says (a node kept drained is "not done", not a failure)
+_WORDS = {"skipped": "not done", "would_do": "would do", "awaiting_approval": "waiting for approval"}
+
+
 def register(app: typer.Typer) -> None:
     @app.command("demo")
     def demo(
         faults: int = typer.Option(4, min=1, max=20, help="failed jobs to inject"),
         seed: int = typer.Option(7, help="seed for the fault mix (same seed, same demo)"),
         fresh: bool = typer.Option(True, help="start from a new demo cluster"),
+        approval_timeout: int = typer.Option(
+            10, min=1, help="seconds a risky step waits for an answer in the Prefect UI (no answer = deny)"
+        ),
     ) -> None:
         """Inject faults into a built-in demo cluster and remediate them with the real flows."""
         from rich.console import Console
@@ -28,6 +35,8 @@ def register(app: typer.Typer) -> None:
         console = Console()
         os.environ["PITSTOP_CLUSTER"] = "demo"  # the demo must never act on a real cluster
         os.environ["PITSTOP_MODE"] = "act"
+        # The built-in default (an hour) suits a real cluster, not a demo someone is watching.
+        os.environ["PITSTOP_PIPELINE__APPROVAL_TIMEOUT_S"] = str(approval_timeout)
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no internet: no telemetry
         from pitstop.cluster.demo import DemoCluster
         from pitstop.config import load_settings
@@ -62,7 +71,7 @@ def register(app: typer.Typer) -> None:
                 continue
             cause = report.verdict.cause.value if report.verdict else "-"
             sig = report.verdict.signature if report.verdict else "-"
-            acts = "\n".join(f"{a.kind} {a.target}: {a.state}" for a in report.actions) or "none"
+            acts = "\n".join(f"{a.kind} {a.target}: {_WORDS.get(a.state, a.state)}" for a in report.actions) or "none"
             table.add_row(f.job_id, cause, sig, acts)
         console.print(table)
         console.print(f"Done in {time.monotonic() - started:.1f} s. Database: {settings.effective_database_url}")

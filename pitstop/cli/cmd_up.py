@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
 
             deployments = build_deployments(settings)
             typer.echo("Serving: " + ", ".join(d.name for d in deployments))
-            serve_deployments(settings, deployments, on_error=lambda m: typer.echo(m, err=True))
+            serve_deployments(settings, deployments, on_message=lambda m: typer.echo(m, err=True))
         except KeyboardInterrupt:
             pass
         finally:

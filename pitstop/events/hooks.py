@@ -36,6 +36,7 @@ PROLOG_FAIL_EXIT = 1
 SCONTROL_TIMEOUT_S = 0.5
 # Hooks get no PATH: where Slurm's tools usually live when slurm.bin_dir is not set.
 SLURM_BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin", "/usr/local/slurm/bin")
+HOOK_LOG_MAX_BYTES = 10 * 1024 * 1024
 DELIVERY_GRACE_S = 0.2  # on top of the network timeout, for JSON and the spool moves
 
 
@@ -52,9 +53,13 @@ def _settings():
 def hook_log(home: Path, message: str) -> None:
     """One line per hook run in PITSTOP_HOME/log/hooks.log (Slurm discards hook output)."""
     line = f"{datetime.now(timezone.utc).isoformat(timespec='milliseconds')} pid={os.getpid()} {message}\n"
+    path = home / "log" / "hooks.log"
     try:
-        (home / "log").mkdir(parents=True, exist_ok=True)
-        with open(home / "log" / "hooks.log", "a", encoding="utf-8") as log:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # a busy cluster ends a job every second: keep this file and one older, bounded
+        if path.exists() and path.stat().st_size > HOOK_LOG_MAX_BYTES:
+            os.replace(path, path.with_name("hooks.log.1"))
+        with open(path, "a", encoding="utf-8") as log:
             log.write(line)
     except OSError:
         pass

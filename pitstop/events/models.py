@@ -82,8 +82,10 @@ class JobEnded(BaseModel):
 
     @property
     def event_id(self) -> str:
-        # Restart count separates the runs of a requeued job; Slurm's end time, when given, too.
-        end = self.end_time.isoformat() if self.end_time else None
+        # (cluster, job, restart, end time): Slurm 22.05 gives hooks no end time, and the hook
+        # runs as the job ends, so the minute it ran stands in. Job ids do repeat (a controller
+        # reset, the demo cluster), and Prefect drops event ids it saw in the last 30 min.
+        end = (self.end_time or self.seen_at).strftime("%Y-%m-%dT%H:%M")
         return stable_event_id(JOB_ENDED, self.cluster, self.job_id, self.restart_count, end)
 
     def to_wire(self) -> WireEvent:

@@ -125,3 +125,22 @@ def test_big_log_fault_at_the_very_start_memory_bounded(tmp_path: Path) -> None:
     result = json.loads(proc.stdout)
     assert result["cause"] == "gpu_hardware" and result["line"] == 1
     assert result["rss_mb"] < 200, result
+
+
+def test_corrupt_hyperscan_cache_falls_back_to_compiling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("hyperscan")
+    from classifiers import RULES
+    from classifiers.engines import HyperscanEngine, _db_cache_path
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    expressions = [r.pattern.encode() for r in RULES]
+    first = HyperscanEngine(RULES)  # compiles and writes the cache
+    import hyperscan
+
+    flags = [hyperscan.HS_FLAG_SINGLEMATCH | hyperscan.HS_FLAG_MULTILINE | (hyperscan.HS_FLAG_CASELESS if r.caseless else 0) for r in RULES]
+    cache = _db_cache_path(expressions, flags)
+    assert cache.exists() and cache.parent == tmp_path / "pitstop"
+    cache.write_bytes(b"\x00garbage" * 10)
+    engine = HyperscanEngine(RULES)
+    window = XID + b"loss nan\n"
+    assert engine.first_matches(window) == first.first_matches(window) != {}

@@ -136,6 +136,8 @@ def test_failed_job_event_starts_post_failure_once(served: dict, isolated_home: 
         f"post_failure ended {done[0]['state_type'] if done else '?'}:\n{served['log'].read_text()[-4000:]}"
     )
     assert done[0]["name"] == f"post-failure-job-{job.job_id}"  # named by the flow when it runs
+    # started in `pitstop up`'s process by the fast lane, not in a freshly spawned interpreter
+    assert f"fast lane: started flow run {run['id']}" in served["log"].read_text()
     assert any(a.op == "drain" and a.target == fault.nodes[0] for a in demo.actions())
 
     # the same event delivered again (a lost reply, a re-run epilog): no second remediation
@@ -157,7 +159,9 @@ def test_event_spooled_while_prefect_was_down_is_delivered_by_pitstop_up(served:
     demo = DemoCluster.create(isolated_home / "demo", nodes=8, seed=5)
     [fault] = demo.inject_faults(1, kinds=["software_bug"])
     hook_env = {"PITSTOP_HOME": str(isolated_home), "PREFECT_API_URL": closed_port_url(),
-                "SLURM_JOB_ID": fault.job_id, "SLURM_CLUSTER_NAME": "demo",
+                # demo job ids restart at 1000 in every demo cluster: another name keeps this
+                # event (and its incident) apart from the other test's job 1000
+                "SLURM_JOB_ID": fault.job_id, "SLURM_CLUSTER_NAME": "demo-spooled",
                 "SLURM_JOB_EXIT_CODE2": "1:0", "SLURM_JOB_NODELIST": ",".join(fault.nodes)}
     proc = subprocess.run([str(PITSTOP_BIN), "epilog"], env=hook_env, capture_output=True, timeout=30)
     assert proc.returncode == 0 and b"unreachable" in proc.stderr

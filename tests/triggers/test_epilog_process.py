@@ -136,3 +136,15 @@ def test_spooled_while_down_then_delivered_once(warm_prefect, hook_env_base: dic
     time.sleep(2)  # give a duplicate the chance to be persisted too
     found = wait_for_events(warm_prefect.api_url, item.event.id)
     assert len(found) == 1 and found[0]["payload"]["job_id"] == "90002"
+
+
+def test_hook_log_stays_bounded(isolated_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pitstop.events import hooks
+
+    monkeypatch.setattr(hooks, "HOOK_LOG_MAX_BYTES", 1000)
+    for i in range(50):
+        hooks.hook_log(isolated_home, f"line {i} " + "x" * 80)
+    log_dir = isolated_home / "log"
+    assert sorted(p.name for p in log_dir.iterdir()) == ["hooks.log", "hooks.log.1"]
+    assert all(p.stat().st_size < 1200 for p in log_dir.iterdir())
+    assert "line 49" in (log_dir / "hooks.log").read_text()

@@ -81,7 +81,12 @@ def test_odd_values_degrade_gracefully() -> None:
 def test_event_id_is_stable_and_separates_restarts() -> None:
     env = read_env_fixture("epilog_ctld_exit3.env")
     first, again = job_ended_from_env(env, "c"), job_ended_from_env(env, "c")
-    assert first.event_id == again.event_id  # seen at different moments, same id
+    again = again.model_copy(update={"seen_at": first.seen_at.replace(second=59)})
+    assert first.event_id == again.event_id  # a re-run hook for the same end: same id
+    from datetime import timedelta
+
+    reused = first.model_copy(update={"seen_at": first.seen_at + timedelta(hours=2)})
+    assert reused.event_id != first.event_id  # the same job id ending hours later is another job
     requeued = job_ended_from_env({**env, "SLURM_JOB_RESTART_COUNT": "1"}, "c")
     assert requeued.event_id != first.event_id
     other_cluster = job_ended_from_env({**env, "SLURM_CLUSTER_NAME": "other"}, "c")

@@ -15,7 +15,6 @@ import pytest
 
 from pitstop.events.deliver import PrefectEventsClient
 from pitstop.events.models import JOB_ENDED
-from pitstop.events.spool import Spool
 from tests.cluster.conftest import dev_cluster_env, slurm_cluster  # noqa: F401  (fixtures)
 from tests.conftest import REPO_ROOT
 from tests.triggers.conftest import PITSTOP_BIN, closed_port_url

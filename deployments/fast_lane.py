@@ -2,12 +2,13 @@
 
 Prefect's runner starts every flow run in a freshly spawned interpreter, which re-imports
 prefect, the flows and their tasks: ~4-5 s per run on a small machine, most of the latency from a
-job's end to the operator's mail. The fast lane polls the same deployments' scheduled runs every
-`triggers.fast_lane_poll_s`, claims a run the way the runner does (proposing Pending: the
+job's end to the operator's mail. With the fast lane on, `pitstop up` registers the
+event-triggered deployments itself and this lane executes them: it polls their scheduled runs
+every `triggers.fast_lane_poll_s`, claims a run the way the runner does (proposing Pending: the
 server lets exactly one claimer through), and runs it in a thread of this process, where
 everything is imported already. The run is the same Prefect flow run (same id, states, logs,
-UI link). The served runner stays as the backstop: what the fast lane does not claim (all its
-threads busy, say with runs paused for approval), the runner starts as usual.
+UI link). Prefect's runner serves the rest (the health_sweep schedule). When every thread is
+busy (runs paused for approval hold one each), new runs wait in Scheduled until one frees.
 """
 
 from __future__ import annotations
@@ -25,57 +26,24 @@ log = logging.getLogger("pitstop.fast_lane")
 
 
 class FastLane:
-    def __init__(
-        self,
-        flows: dict[str, Flow],  # "flow-name/deployment-name" -> flow
-        poll_s: float,
-        workers: int,
-    ) -> None:
-        self.flows = flows
+    """Starts the scheduled runs of `deployment_flows` in threads of this process."""
+
+    def __init__(self, deployment_flows: dict[UUID, Flow], poll_s: float, workers: int) -> None:
+        self.deployment_flows = deployment_flows
         self.poll_s = poll_s
+        self.workers = workers
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pitstop-fast-lane")
         self.free = threading.BoundedSemaphore(workers)
-        self.deployment_flows: dict[UUID, Flow] = {}
+        self._said_full = False
 
-    def _resolve(self, client) -> None:
-        for full_name, flow in self.flows.items():
-            if any(f is flow for f in self.deployment_flows.values()):
-                continue
-            try:
-                deployment = client.read_deployment_by_name(full_name)
-            except Exception:  # not registered yet: `serve` is still applying it
-                continue
-            self.deployment_flows[deployment.id] = flow
-
-    def _scheduled(self, client) -> list:
-        from prefect.client.schemas.filters import (
-            DeploymentFilter,
-            DeploymentFilterId,
-            FlowRunFilter,
-            FlowRunFilterNextScheduledStartTime,
-            FlowRunFilterState,
-            FlowRunFilterStateType,
-        )
-        from prefect.client.schemas.objects import StateType
-
-        return client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(
-                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED])),
-                next_scheduled_start_time=FlowRunFilterNextScheduledStartTime(
-                    before_=datetime.now(timezone.utc)
-                ),
-            ),
-            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=list(self.deployment_flows))),
-            limit=20,
-        )
-
-    def _claim(self, client, flow_run) -> bool:
+    def _claim(self, client, flow_run_id: UUID) -> bool:
+        """Scheduled -> Pending; the server accepts exactly one claimer (as for Prefect's runner)."""
         from prefect.states import Pending
 
         try:
-            result = client.set_flow_run_state(flow_run.id, Pending())
+            result = client.set_flow_run_state(flow_run_id, Pending())
         except Exception as exc:
-            log.warning("could not claim flow run %s: %s", flow_run.id, exc)
+            log.warning("could not claim flow run %s: %s", flow_run_id, exc)
             return False
         return str(getattr(result.status, "value", result.status)).upper() == "ACCEPT"
 
@@ -91,20 +59,32 @@ class FastLane:
             self.free.release()
 
     def poll_once(self, client, on_message: Callable[[str], None] | None = None) -> int:
-        self._resolve(client)
-        if not self.deployment_flows:
-            return 0
+        # This endpoint also marks the deployments as polled, so the UI shows them Ready.
+        due = client.get_scheduled_flow_runs_for_deployments(
+            list(self.deployment_flows), scheduled_before=datetime.now(timezone.utc), limit=20
+        )
         started = 0
-        for flow_run in self._scheduled(client):
+        for flow_run in due:
             if not self.free.acquire(blocking=False):
-                break  # all threads busy: the served runner picks the rest up
-            if not self._claim(client, flow_run):
+                # runs stay Scheduled and start as threads free up (e.g. runs paused for approval)
+                if on_message is not None and not self._said_full:
+                    on_message(f"fast lane: all {self.workers} workers busy; runs wait their turn "
+                               "(raise triggers.fast_lane_workers)")
+                self._said_full = True
+                break
+            self._said_full = False
+            if not self._claim(client, flow_run.id):
                 self.free.release()
                 continue
+            try:
+                claimed = client.read_flow_run(flow_run.id)
+            except Exception:
+                self.free.release()
+                raise
             if on_message is not None:
                 on_message(f"fast lane: started flow run {flow_run.id} "
-                           f"(parameters {sorted(flow_run.parameters)})")
-            self.pool.submit(self._run, self.deployment_flows[flow_run.deployment_id], flow_run)
+                           f"(parameters {sorted(claimed.parameters)})")
+            self.pool.submit(self._run, self.deployment_flows[claimed.deployment_id], claimed)
             started += 1
         return started
 

@@ -133,29 +133,31 @@ def serve_deployments(
 ) -> None:
     """Blocks: registers the deployments and their automations, then runs what they trigger.
 
-    With `triggers.fast_lane`, event-triggered runs start in this process (deployments.fast_lane);
-    the served runner starts everything else, and anything the fast lane leaves.
+    With `triggers.fast_lane`, the event-triggered deployments are registered here and run in
+    this process (deployments.fast_lane); Prefect's runner serves the scheduled health sweep.
     """
     import threading
 
     from prefect import serve
 
     stop = threading.Event()
+    served = deployments
     if settings.triggers.fast_lane:
         from deployments.fast_lane import FastLane
 
         flows = flows or load_flows()
-        by_name = {"post-failure": flows.post_failure, "node-alarm": flows.node_alarm}
-        lane = FastLane(
-            {f"{d.flow_name}/{d.name}": by_name[route.deployment]
-             for d in deployments for route in EVENT_ROUTES if d.name.startswith(route.deployment)},
-            poll_s=settings.triggers.fast_lane_poll_s,
-            workers=settings.triggers.fast_lane_workers,
-        )
+        by_route = {"post-failure": flows.post_failure, "node-alarm": flows.node_alarm}
+        lane_flows = {}
+        for d in deployments:
+            route = next((r for r in EVENT_ROUTES if d.name.startswith(r.deployment)), None)
+            if route is not None:
+                lane_flows[d.apply()] = by_route[route.deployment]  # deployment + automation
+        served = [d for d in deployments if not any(d.name.startswith(r.deployment) for r in EVENT_ROUTES)]
+        lane = FastLane(lane_flows, poll_s=settings.triggers.fast_lane_poll_s,
+                        workers=settings.triggers.fast_lane_workers)
         threading.Thread(target=lane.run_forever, args=(stop, on_message), name="pitstop-fast-lane",
                          daemon=True).start()
     try:
-        serve(*deployments, query_seconds=settings.triggers.runner_poll_s,
-              print_starting_message=False)
+        serve(*served, query_seconds=settings.triggers.runner_poll_s, print_starting_message=False)
     finally:
         stop.set()

@@ -88,8 +88,15 @@ def _left_out(nodes: list[NodeInfo]) -> dict[str, str]:
 @flow(name="health-sweep", flow_run_name="health-sweep-{partition}",
       task_runner=ThreadPoolTaskRunner(max_workers=4))
 def health_sweep(partition: str | None = None) -> SweepReport:
-    log = get_run_logger()
     ctx = build_context()
+    try:
+        return _sweep(ctx, partition)
+    finally:
+        ctx.close()
+
+
+def _sweep(ctx: PipelineContext, partition: str | None) -> SweepReport:
+    log = get_run_logger()
     p = ctx.settings.pipeline
     nodes = ctx.scheduler.nodes(partition)
     skipped = _left_out(nodes)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from flows.post_failure import FlowReport
+from pitstop.cluster.base import validate_node_name
 from pitstop.models import Cause, Evidence, Verdict
 from tasks import journal
 from tasks.context import build_context
@@ -55,7 +56,15 @@ def alarm_verdict(alarm: str, details: dict, node_evidence: NodeEvidence | None 
 def node_alarm(node: str, alarm: str, details: dict | None = None) -> FlowReport:
     log = get_run_logger()
     details = details or {}
+    validate_node_name(node)
     ctx = build_context()
+    try:
+        return _node_alarm(ctx, log, node, alarm, details)
+    finally:
+        ctx.close()
+
+
+def _node_alarm(ctx, log, node: str, alarm: str, details: dict) -> FlowReport:
     key = str(details.get("key") or details.get("event_id") or alarm)
     handle = journal.open_node_incident(ctx, node, key)
     if handle.status == "done":

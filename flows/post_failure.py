@@ -10,6 +10,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 from pydantic import BaseModel, Field
 
+from pitstop.cluster.base import ClusterError, JobRecord, validate_job_id
 from pitstop.models import Verdict
 from tasks import journal
 from tasks.classify import classify_job
@@ -39,7 +40,14 @@ class FlowReport(BaseModel):
 def post_failure(job_id: str, cluster: str | None = None, facts: dict | None = None) -> FlowReport:
     log = get_run_logger()
     ctx = build_context(cluster=cluster)
-    job = ctx.scheduler.job(str(job_id))
+    try:
+        return _post_failure(ctx, log, str(job_id), facts)
+    finally:
+        ctx.close()
+
+
+def _post_failure(ctx, log, job_id: str, facts: dict | None) -> FlowReport:
+    job = read_job(ctx, log, job_id, facts)
     handle = journal.open_job_incident(ctx, job, facts)
     if handle.status == "done":
         log.info("incident %s for job %s is already remediated: nothing to do", handle.id, job_id)
@@ -50,6 +58,34 @@ def post_failure(job_id: str, cluster: str | None = None, facts: dict | None = N
     except journal.IncidentBusy as busy:
         log.info("%s: leaving it to that run", busy)
         return FlowReport(incident_id=handle.id, subject=f"job {job_id}", status="busy")
+
+
+def read_job(ctx, log, job_id: str, facts: dict | None) -> JobRecord:
+    """The scheduler's record; if it has forgotten the job (or is down), what the event said.
+    An incident is never lost because slurmctld purged a job before the flow ran."""
+    validate_job_id(job_id)  # a bad id is refused with a clear message, before anything else
+    try:
+        return ctx.scheduler.job(job_id)
+    except ClusterError as exc:
+        if not facts:
+            raise ClusterError(f"cannot read job {job_id} and the event carried no facts: {exc}") from exc
+        log.warning("job %s: scheduler unavailable (%s); using the event's facts", job_id, exc)
+        return job_from_facts(job_id, facts)
+
+
+def job_from_facts(job_id: str, facts: dict) -> JobRecord:
+    """A JobRecord from a `pitstop.job.ended` payload (pitstop.events.models.JobEnded fields)."""
+    def text(name):
+        value = facts.get(name)
+        return str(value) if value not in (None, "") and "%" not in str(value) else None
+
+    return JobRecord(
+        job_id=job_id, name=text("job_name"), user=text("user"), partition=text("partition"),
+        state=str(facts.get("state") or "UNKNOWN"), exit_code=facts.get("exit_code"), signal=facts.get("signal"),
+        nodes=[str(n) for n in facts.get("nodes") or []], end_time=journal.incident_end_time_of(facts),
+        stdout_path=text("stdout"), stderr_path=text("stderr"), work_dir=text("work_dir"),
+        restart_count=int(facts.get("restart_count") or 0), reason="scheduler record unavailable",
+    )
 
 
 def _remediate(ctx, handle, job, facts) -> FlowReport:

@@ -118,7 +118,9 @@ class TriggerSettings(BaseModel):
     fast_lane: bool = Field(
         default=True, description="run event-triggered flows in `pitstop up`'s process (no spawn)"
     )
-    fast_lane_workers: int = Field(default=4, ge=1, description="flow runs the fast lane runs at once")
+    fast_lane_workers: int = Field(
+        default=16, ge=1, description="flow runs the fast lane runs at once (a paused run holds one)"
+    )
     fast_lane_poll_s: float = Field(default=0.25, gt=0, description="how often the fast lane polls")
     server_port: int = Field(default=4200, ge=1, le=65535, description="local server of `pitstop up`")
     spool_keep_sent: int = Field(default=1000, ge=0, description="delivered events kept for audit")

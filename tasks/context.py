@@ -27,6 +27,13 @@ class PipelineContext:
     def dry_run(self) -> bool:
         return self.settings.dry_run
 
+    def close(self) -> None:
+        """Release pooled SSH connections and the DB engine (a served flow runs many times)."""
+        closer = getattr(self.runner, "close", None)
+        if callable(closer):
+            closer()
+        self.store.dispose()
+
     def incident_dir(self, incident_id: int | str) -> Path:
         path = self.settings.home / "incidents" / str(incident_id)
         path.mkdir(parents=True, exist_ok=True)

@@ -102,6 +102,10 @@ def _parse_time(value) -> datetime | None:
     return None
 
 
+def incident_end_time_of(facts: dict | None) -> datetime | None:
+    return _parse_time((facts or {}).get("end_time"))
+
+
 def incident_end_time(job: JobRecord, facts: dict | None) -> datetime | None:
     """The end time that names this failure. The event's own (from the epilog) wins: after
     Pitstop requeues the job, the scheduler shows the *next* run's times, and a duplicate

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE

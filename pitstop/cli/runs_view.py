@@ -155,18 +155,23 @@ def list_runs(limit: int, as_json: bool) -> int:
 
     from pitstop.wrapper.report import command_text
 
-    table = Table(title=f"Most recent {len(views)} run(s)")
+    from rich import box
+
+    table = Table(title=f"Most recent {len(views)} run(s)", box=box.SIMPLE, pad_edge=False)
     for column in ("ID", "Started (UTC)", "Status", "Exit", "Cause", "Duration", "Command"):
-        table.add_column(column, overflow="fold", no_wrap=column in ("ID", "Started (UTC)", "Exit"))
+        table.add_column(column, overflow="fold", no_wrap=column != "Command")
     style = {"succeeded": "green", "failed": "red", "not_started": "red", "running": "yellow"}
     for v in views:
         cmd = command_text(v.command)
         table.add_row(
-            v.id, _when(v.started_at), f"[{style.get(v.status, 'white')}]{v.status}[/]",
+            v.id, v.started_at.strftime("%m-%d %H:%M:%S") if v.started_at else "-", f"[{style.get(v.status, 'white')}]{v.status}[/]",
             "-" if v.exit_code is None else str(v.exit_code), v.cause or "-", _duration(v),
             (f"{v.name}: " if v.name else "") + (cmd if len(cmd) <= 80 else cmd[:79] + "…"),
         )
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:  # piped or captured: do not squeeze the table to 80 columns
+        console = Console(width=160)
+    console.print(table)
     return 0
 
 

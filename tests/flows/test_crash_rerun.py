@@ -8,7 +8,6 @@ the cluster but before the journal heard back - the worst moment for a crash.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess

@@ -116,3 +116,23 @@ def test_xid79_job_on_slurm_is_drained_requeued_recorded_and_mailed(prefect_serv
         slurm.cancel(job_id)
         for node in drained:
             slurm.slurm("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
+
+
+def test_health_sweep_over_ssh_reports_nodes_it_cannot_check(prefect_server, cluster_env, monkeypatch):
+    """The real SSH fan-out, one batch of two nodes per task, on nodes where `pitstop` is not
+    installed (as on the dev cluster, whose SSH user cannot read this checkout's Python): every
+    node answers "not found"; the sweep must say so per node, store it, and raise no alarm (a
+    check that could not run is not a failing node)."""
+    from flows.health_sweep import health_sweep
+
+    monkeypatch.setenv("PITSTOP_PIPELINE__SWEEP_BATCH_SIZE", "2")
+    monkeypatch.setenv("PITSTOP_PIPELINE__NODE_CHECK_ARGV", json.dumps(["/work/pitstop-not-installed-here/bin/pitstop", "node-check", "--json"]))
+    report = health_sweep()
+    checked = [n for n in cluster_env.nodes if n not in report.skipped]
+    assert report.checked == len(checked) and report.batches == (len(checked) + 1) // 2
+    assert sorted(r.node for r in report.unreachable) == sorted(checked)
+    assert all("exit 127" in r.summary or "not found" in r.summary.lower() for r in report.unreachable), report.unreachable
+    assert report.failing == [] and report.alarms == {}
+    from pitstop.store.tables import NodeEvent
+
+    assert {e.node for e in rows(NodeEvent) if e.kind == "check" and e.state == "UNREACHABLE"} == set(checked)

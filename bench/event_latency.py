@@ -201,6 +201,7 @@ def main() -> int:
                              ("flow running -> mail received", to_mail)]:
             if values:
                 print(f"  {name:32} p50 {statistics.median(values):.2f} s  p99 {percentile(values, 99):.2f} s")
+        print(f"left for inspection: {work} (pitstop-up.log, home/pitstop.db, home/outbox)")
         return 0
     finally:
         os.killpg(up.pid, signal.SIGTERM)

@@ -157,6 +157,8 @@ def serve_deployments(
                         workers=settings.triggers.fast_lane_workers)
         threading.Thread(target=lane.run_forever, args=(stop, on_message), name="pitstop-fast-lane",
                          daemon=True).start()
+        if on_message is not None:
+            on_message(f"ready: {len(lane_flows)} event-triggered deployments registered, fast lane on")
     try:
         serve(*served, query_seconds=settings.triggers.runner_poll_s, print_starting_message=False)
     finally:

@@ -213,6 +213,10 @@ class PipelineSettings(BaseModel):
         default=None,
         description="apprise URL for a job's user; {user} is replaced, e.g. mailtos://...?to={user}@example.org",
     )
+    ticket_urls: list[str] = Field(
+        default_factory=list,
+        description="apprise URLs RMA tickets go to (e.g. json://tickets.example.org/rma for a webhook); empty: notify.urls",
+    )
     outbox: bool = Field(default=True, description="also keep each notification as JSON in $PITSTOP_HOME/outbox")
 
 

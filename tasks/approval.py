@@ -23,6 +23,11 @@ class ApprovalOutcome(BaseModel):
     timed_out: bool = False
 
     @property
+    def note(self) -> str:
+        """For the journal, after its "approved"/"denied" word."""
+        return "no answer before the approval timeout (no answer = deny)" if self.timed_out else self.comment
+
+    @property
     def summary(self) -> str:
         if self.timed_out:
             return "no answer before the approval timeout: denied"

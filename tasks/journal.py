@@ -238,6 +238,14 @@ def update_ticket(ctx: PipelineContext, ticket_id: int, status: str, sink_result
     records.update_ticket(ctx.store, ticket_id, status, sink_result)
 
 
+def ticket_delivered(ctx: PipelineContext, incident_id: int, node: str) -> bool:
+    """After a crash mid-ticket: did it reach its sink (or need none)? If not, it is redone:
+    the ticket row is one per (incident, node), so at worst the sink hears of it twice, which
+    beats a vendor never hearing of it."""
+    ticket = next((t for t in records.tickets_for(ctx.store, ctx.cluster_name, node) if t.incident_id == incident_id), None)
+    return ticket is not None and ticket.sink_result is not None and ticket.status in {"sent", "approved"}
+
+
 def record_decision_effects(ctx: PipelineContext, incident_id: int, decision) -> None:
     """Breakers the decision opened, ladder rungs and lemon flags it found: into the store."""
     for trip in decision.breaker_trips:

@@ -52,6 +52,8 @@ def carry_out(
 def _finished_line(action: PlannedAction, row: journal.JournalEntry, outcome: RemediationOutcome) -> ActionLine:
     if action.kind is ActionKind.DIAG and row.details:
         outcome.facts.setdefault("diag", {})[action.target] = row.details
+    if action.kind is ActionKind.DRAIN and row.state == "denied":  # a re-run must not ask again
+        outcome.facts.setdefault("denied_drains", []).append(action.target)
     why = row.result or action.would_do_why or action.blocked_why
     if row.state in EXECUTED_STATES and row.result:
         why = f"(from an earlier run) {row.result}"
@@ -67,7 +69,10 @@ def _one(ctx, incident_id, action: PlannedAction, outcome, ask_approval, rma) ->
     if row.state in journal.FINAL_STATES:
         return _finished_line(action, row, outcome)
     if row.state == "running":
-        confirmed = already_applied(ctx, action, row.params)
+        if action.kind is ActionKind.RMA_TICKET:  # the ticket table is the cluster state here
+            confirmed = journal.ticket_delivered(ctx, incident_id, action.target)
+        else:
+            confirmed = already_applied(ctx, action, row.params)
         if confirmed:
             result = "confirmed from the cluster's state after an interrupted run"
             journal.finish(ctx, incident_id, seq, "done", result)
@@ -102,7 +107,7 @@ def _one(ctx, incident_id, action: PlannedAction, outcome, ask_approval, rma) ->
         journal.set_status(ctx, incident_id, "awaiting_approval")  # what `pitstop incidents` shows meanwhile
         answer = wait_for_approval(f"incident-{incident_id}-action-{seq}", ctx.settings.pipeline.approval_timeout_s)
         journal.set_status(ctx, incident_id, "acting")
-        journal.resolve_approval(ctx, incident_id, seq, answer.approved, answer.summary)
+        journal.resolve_approval(ctx, incident_id, seq, answer.approved, answer.note)
         if not answer.approved:
             if action.kind is ActionKind.DRAIN:
                 denied_drains.append(action.target)

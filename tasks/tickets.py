@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from prefect import task
@@ -50,8 +51,12 @@ def open_rma_ticket(ctx: PipelineContext, incident_id: int, action: PlannedActio
         f"GPU: UUID {ident['gpu_uuid'] or 'unknown'}, PCI {ident['pci_bus'] or 'unknown'}",
         f"Xid history: {', '.join(str(x['xid']) for x in ident['xid_history']) or 'none seen'}",
         "Evidence:", *[f"  {e.source}:{e.line}: {e.text[:300]}" for e in verdict.evidence[:10]],
+        "", "Ticket record (JSON):",
+        json.dumps({"ticket_id": ticket_id, "cluster": ctx.cluster_name, "node": node, "incident_id": incident_id,
+                    "gpu_uuid": ident["gpu_uuid"], "pci_bus": ident["pci_bus"], "xid_history": ident["xid_history"],
+                    "dcgm_results": facts.get("diag", {}).get(node, {}), "signature": verdict.signature}, default=str),
     ])
-    urls = list(ctx.settings.notify.urls)
+    urls = list(ctx.settings.pipeline.ticket_urls or ctx.settings.notify.urls)
     if urls:
         outcome = send(Notification(subject=f"[pitstop RMA] {node}: {verdict.signature}", body=body), urls, ctx.settings.notify.timeout_s)
         status, sink = ("sent" if outcome.ok else "send_failed"), outcome.summary

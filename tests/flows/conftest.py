@@ -115,3 +115,36 @@ def mailbox(monkeypatch: pytest.MonkeyPatch) -> Mailbox:
     monkeypatch.setenv("PITSTOP_NOTIFY__URLS", json.dumps([box.url]))
     yield box
     controller.stop()
+
+
+@dataclass
+class Webhook:
+    url: str
+    posts: list[dict] = field(default_factory=list)
+
+
+@pytest.fixture
+def webhook() -> Webhook:
+    """A real HTTP receiver on 127.0.0.1 for apprise's json:// (the RMA ticket sink)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    hook = Webhook(url="")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (http.server's naming)
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            hook.posts.append({"path": self.path, "json": json.loads(body or b"{}")})
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):  # keep pytest output clean
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    hook.url = f"json://127.0.0.1:{server.server_address[1]}/rma"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield hook
+    server.shutdown()
+    server.server_close()

@@ -3,6 +3,7 @@ ApprovalForm; another thread answers it with `resume_flow_run`, or nobody does (
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from uuid import UUID
@@ -76,10 +77,11 @@ def _actions_by_kind() -> dict[str, ActionRecord]:
     return {a.kind: a for a in rows(ActionRecord)}
 
 
-def test_approve_creates_and_sends_the_rma_ticket(rma_case, demo, mailbox, isolated_home, monkeypatch):
+def test_approve_creates_and_sends_the_rma_ticket(rma_case, demo, mailbox, webhook, isolated_home, monkeypatch):
     from flows.post_failure import post_failure
 
     monkeypatch.setenv("PITSTOP_PIPELINE__APPROVAL_TIMEOUT_S", "90")
+    monkeypatch.setenv("PITSTOP_PIPELINE__TICKET_URLS", json.dumps([webhook.url]))
     errors: list = []
     approver = _answer_when_paused(isolated_home, {"approve": True, "comment": "vendor case opened by on-call"}, errors)
     report = post_failure(rma_case.job_id)
@@ -97,10 +99,14 @@ def test_approve_creates_and_sends_the_rma_ticket(rma_case, demo, mailbox, isola
     assert ticket.node == culprit and ticket.incident_id == report.incident_id
     assert ticket.status == "sent" and ticket.xid_history and ticket.xid_history[0]["xid"] == 79
     assert ticket.pci_bus and ticket.gpu_uuid and ticket.gpu_uuid.startswith("GPU-")
-    # the approval notice, the RMA ticket and the incident notification reached the SMTP receiver
-    subjects = wait_for(lambda: len(mailbox.messages) >= 3 and mailbox.subjects(), 20, "three mails")
+    # the ticket went to the JSON webhook sink; the approval notice and the incident mail to ops
+    [post] = webhook.posts
+    assert post["path"] == "/rma" and post["json"]["title"].startswith(f"[pitstop RMA] {culprit}")
+    record = json.loads(post["json"]["message"].split("Ticket record (JSON):", 1)[1])
+    assert record["ticket_id"] == ticket.id and record["xid_history"][0]["xid"] == 79
+    subjects = wait_for(lambda: len(mailbox.messages) >= 2 and mailbox.subjects(), 20, "two mails")
     assert any(s.startswith("APPROVAL NEEDED") for s in subjects)
-    assert any(s.startswith(f"[pitstop RMA] {culprit}") for s in subjects)
+    assert any(s.startswith("[pitstop demo] job") for s in subjects)
     assert _flow_state(run_id).is_completed()
     assert demo.node(culprit).is_drained  # the drain needs no approval and happened first
 

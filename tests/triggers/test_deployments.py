@@ -69,7 +69,7 @@ def served(warm_prefect, isolated_home: Path) -> Iterator[dict]:
     deployment = None
     while time.monotonic() < deadline and proc.poll() is None:
         deployment = rest.deployment("post-failure", "post-failure")
-        serving = b"Serving:" in log_path.read_bytes()  # this `pitstop up`, not an earlier one
+        serving = b"ready: " in log_path.read_bytes()  # this `pitstop up`, not an earlier one
         if serving and deployment and any(
             a["name"].startswith("pitstop: pitstop.job.ended") for a in rest.automations()
         ):
@@ -77,7 +77,7 @@ def served(warm_prefect, isolated_home: Path) -> Iterator[dict]:
         time.sleep(1)
     assert deployment, f"pitstop up did not register its deployments:\n{log_path.read_text()[-3000:]}"
     try:
-        time.sleep(2)  # `serve` applies the deployments and their automations after printing
+        time.sleep(1)  # the automation service picks up a new automation within a moment
         yield {"env": env, "rest": rest, "deployment": deployment, "log": log_path, "proc": proc,
                "since": time.time() - 1}
     finally:

@@ -24,24 +24,24 @@ RMA_RULE = {
 FLOW_RUN_URL = re.compile(r"^Flow run: (\S+/runs/flow-run/([0-9a-f-]{36}))$", re.M)
 
 
-def _approval_notice(home) -> tuple[str, str, str]:
-    """(body, flow run URL, flow run id) of the 'approval needed' notification, once sent."""
-    for note in outbox(home):
-        if note["subject"].startswith("APPROVAL NEEDED"):
-            match = FLOW_RUN_URL.search(note["body"])
-            assert match, f"approval notice has no flow-run link:\n{note['body']}"
-            return note["body"], match.group(1), match.group(2)
-    return None
+def _approval_notice(home, nth: int = 0) -> tuple[str, str, str]:
+    """(body, flow run URL, flow run id) of the nth 'approval needed' notification, once sent."""
+    notes = [n for n in outbox(home) if n["subject"].startswith("APPROVAL NEEDED")]
+    if len(notes) <= nth:
+        return None
+    match = FLOW_RUN_URL.search(notes[nth]["body"])
+    assert match, f"approval notice has no flow-run link:\n{notes[nth]['body']}"
+    return notes[nth]["body"], match.group(1), match.group(2)
 
 
-def _answer_when_paused(home, run_input: dict | None, errors: list) -> threading.Thread:
+def _answer_when_paused(home, run_input: dict | None, errors: list, nth: int = 0) -> threading.Thread:
     """From another thread: wait for the notice, check the run is Paused, resume it with input."""
     from prefect.client.orchestration import get_client
     from prefect.flow_runs import resume_flow_run
 
     def answer() -> None:
         try:
-            _, _, run_id = wait_for(lambda: _approval_notice(home), 60, "the approval notification")
+            _, _, run_id = wait_for(lambda: _approval_notice(home, nth), 60, "the approval notification")
 
             def paused():
                 with get_client(sync_client=True) as client:
@@ -142,3 +142,38 @@ def test_timeout_is_a_deny_and_the_run_does_not_stay_paused(rma_case, demo, isol
     state = _flow_state(run_id)
     assert state.is_completed(), state
     assert any(a.kind == "rma_ticket" and a.state == "denied" for a in report.actions)
+
+
+def test_a_run_killed_while_waiting_asks_again_and_acts_once(rma_case, demo, mailbox, isolated_home, monkeypatch):
+    """SIGKILL the flow while it is paused for approval; the re-run asks again (the question was
+    never answered), does not redo the drain, and one approval opens exactly one ticket."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from flows.post_failure import post_failure
+    from pitstop.store.tables import Incident
+
+    monkeypatch.setenv("PITSTOP_PIPELINE__APPROVAL_TIMEOUT_S", "120")
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from flows.post_failure import post_failure; post_failure(sys.argv[1])",
+         rma_case.job_id], cwd=Path(__file__).resolve().parents[2], stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(lambda: [i for i in rows(Incident) if i.status == "awaiting_approval"], 90, "the child to pause")
+        wait_for(lambda: _approval_notice(isolated_home, 0), 10, "the child's approval notice")
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(10)
+    errors: list = []
+    approver = _answer_when_paused(isolated_home, {"approve": True, "comment": "second time lucky"}, errors, nth=1)
+    report = post_failure(rma_case.job_id)
+    approver.join(10)
+    assert not errors, errors
+    assert [(a.op, a.target) for a in demo.actions()] == [("drain", rma_case.nodes[0])]
+    [ticket] = rows(Ticket)
+    assert ticket.incident_id == report.incident_id
+    lines = {a.kind: a for a in report.actions}
+    assert "earlier run" in lines["drain"].detail and lines["rma_ticket"].state == "done"

@@ -1,7 +1,7 @@
 """A local Prefect server for one machine (`pitstop up`): SQLite under PITSTOP_HOME/prefect.
 
 For more than one machine, run a PostgreSQL-backed `prefect server` and point PREFECT_API_URL
-at it instead (docs/triggers.md); then `pitstop up` only serves the deployments.
+at it instead (README, "Triggers"); then `pitstop up` only serves the deployments.
 """
 
 from __future__ import annotations

@@ -18,9 +18,16 @@ from pydantic import BaseModel, Field
 
 from pitstop.cluster.base import NodeInfo
 from pitstop.models import CheckStatus
+from pitstop.policy.safety import Owner, drain_owner
 from tasks import journal
 from tasks.context import PipelineContext, build_context
 from tasks.evidence import failure_text, parse_node_check
+from tasks.xids import XidAlarm, count_node_xids
+
+# Xids are counted once in the store by tasks.xids (the flows' one counting path); node-check's
+# own `xid` result follows a node-local watermark and would double-count or miss, so it is
+# not used to judge a node here.
+NOT_JUDGED_BY_SWEEP = frozenset({"xid"})
 
 ALARM = "health_check_failed"
 
@@ -41,6 +48,8 @@ class SweepReport(BaseModel):
     skipped: dict[str, str] = Field(default_factory=dict, description="node -> why not checked")
     repeat_offenders: dict[str, str] = Field(default_factory=dict, description="node -> why flagged")
     alarms: dict[str, str] = Field(default_factory=dict, description="node -> delivery of its alarm")
+    xid_alarms: list[XidAlarm] = Field(default_factory=list, description="Xids counted for the first time")
+    xid_problems: dict[str, str] = Field(default_factory=dict, description="node -> why its Xids were not counted")
     flow_run_id: str | None = None
 
 
@@ -54,11 +63,29 @@ def check_batch(ctx: PipelineContext, nodes: list[str], n_more: int) -> list[Nod
         if report is None:
             out.append(NodeResult(node=res.host, overall="UNREACHABLE", summary=why or "no answer"))
             continue
-        bad = [f"{c.name}: {c.summary}" for c in report.checks if c.status is CheckStatus.FAIL]
-        out.append(NodeResult(node=res.host, overall=str(report.overall), summary="; ".join(bad) or "ok",
+        bad = [f"{c.name}: {c.summary}" for c in report.checks
+               if c.status is CheckStatus.FAIL and c.name not in NOT_JUDGED_BY_SWEEP]
+        warn = any(c.status is CheckStatus.WARN for c in report.checks if c.name not in NOT_JUDGED_BY_SWEEP)
+        overall = "FAIL" if bad else ("WARN" if warn else "OK")
+        out.append(NodeResult(node=res.host, overall=overall, summary="; ".join(bad) or "ok",
                               failing_checks=bad))
     journal.record_checks(ctx, [(r.node, r.overall, r.summary) for r in out])
     return out
+
+
+def raise_xid_alarm(ctx: PipelineContext, alarm: XidAlarm) -> str:
+    """Spool and deliver a node alarm for an Xid counted for the first time."""
+    from pitstop.events.hooks import spool_and_deliver
+    from pitstop.events.models import NodeAlarm
+
+    event = NodeAlarm(cluster=ctx.cluster_name, node=alarm.node, alarm=alarm.alarm, source="sweep",
+                      summary=f"health sweep: new {alarm.alarm} in the kernel log"[:300], details=alarm.details)
+    return spool_and_deliver(event.to_wire(), ctx.settings)
+
+
+@task(name="count-xids", cache_policy=NO_CACHE)
+def count_xids(ctx: PipelineContext, nodes: list[str]) -> tuple[dict[str, list[XidAlarm]], dict[str, str]]:
+    return count_node_xids(ctx, nodes)
 
 
 def raise_alarm(ctx: PipelineContext, result: NodeResult, repeat_why: str | None) -> str:
@@ -79,7 +106,7 @@ def _left_out(nodes: list[NodeInfo]) -> dict[str, str]:
     for n in nodes:
         if n.is_down:
             skipped[n.name] = f"Slurm has it {n.state} ({n.reason or 'no reason'}): node_alarm's business"
-        elif n.is_drained and not (n.reason or "").startswith("pitstop"):
+        elif drain_owner(n) is Owner.FOREIGN:
             # A human-set drain is the human's business: do not probe it into an alarm.
             skipped[n.name] = f"drained by someone else ({n.reason or 'no reason'})"
     return skipped
@@ -114,6 +141,8 @@ def _sweep(ctx: PipelineContext, partition: str | None) -> SweepReport:
             results += future.result()
         update_progress_artifact(progress, 100.0 * min(len(batches), start + len(wave)) / max(1, len(batches)))
     report.checked = len(results)
+    reachable = [r.node for r in results if r.overall != "UNREACHABLE"]
+    xid_alarms, report.xid_problems = count_xids(ctx, reachable) if reachable else ({}, {})
     since = datetime.now(timezone.utc) - timedelta(hours=p.sweep_repeat_window_h)
     for r in results:
         if r.overall == "UNREACHABLE":
@@ -129,6 +158,10 @@ def _sweep(ctx: PipelineContext, partition: str | None) -> SweepReport:
             report.repeat_offenders[r.node] = repeat_why
             journal.flag_repeat_offender(ctx, r.node, repeat_why)
         report.alarms[r.node] = raise_alarm(ctx, r, repeat_why)
+    for node, alarms in sorted(xid_alarms.items()):
+        for alarm in alarms:
+            report.xid_alarms.append(alarm)
+            report.alarms[f"{node}:{alarm.alarm}"] = raise_xid_alarm(ctx, alarm)
     log.info("health sweep: %d checked, %d failing, %d unreachable, %d skipped, %d repeat offenders",
              report.checked, len(report.failing), len(report.unreachable), len(skipped), len(report.repeat_offenders))
     return report

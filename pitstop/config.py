@@ -45,11 +45,10 @@ class WrapperSettings(BaseModel):
     drain_grace_s: float = Field(
         default=5.0, ge=0, description="after the command exits, how long its pipes are still read"
     )
-    classify_head_bytes: int = Field(
-        default=2 * 1024 * 1024, ge=0, description="of a large log, how much of the start is classified"
-    )
-    classify_tail_bytes: int = Field(
-        default=8 * 1024 * 1024, ge=1024, description="of a large log, how much of the end is classified"
+    classify_timeout_s: float = Field(
+        default=120.0, gt=0,
+        description="budget for classifying the complete logs after the command ends; on expiry "
+        "the verdict comes from the exit status alone",
     )
 
 

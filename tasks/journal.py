@@ -28,7 +28,7 @@ from sqlmodel import select
 from pitstop.cluster.base import ClusterError, JobRecord, NodeInfo
 from pitstop.models import Cause, Verdict
 from pitstop.policy.history import History
-from pitstop.policy.safety import ModeState
+from pitstop.policy.safety import ModeState, drain_owner
 from pitstop.store import records
 from pitstop.store.tables import ActionRecord, Incident, utcnow
 from tasks.context import PipelineContext
@@ -250,6 +250,8 @@ def record_decision_effects(ctx: PipelineContext, incident_id: int, decision) ->
     """Breakers the decision opened, ladder rungs and lemon flags it found: into the store."""
     for trip in decision.breaker_trips:
         records.open_breaker(ctx.store, trip.scope, trip.reason)
+    for node in decision.foreign_drains:
+        record_node(ctx, node, incident_id)  # `pitstop nodes` shows whose drain it is
     if decision.dry_run:
         return
     for node, pos in decision.ladder.items():
@@ -265,9 +267,7 @@ def record_node(ctx: PipelineContext, node: str, incident_id: int | None = None)
     except (ClusterError, ValueError):
         return
     reason = info.reason or None
-    owner = "none"
-    if info.is_drained or info.is_down:
-        owner = "pitstop" if (reason or "").startswith("pitstop") else "foreign"
+    owner = drain_owner(info).value  # the same ownership test every decision uses
     state = "+".join([info.state, *info.flags])
     records.record_node_state(ctx.store, ctx.cluster_name, node, state=state, reason=reason, owner=owner,
                               incident_id=incident_id)

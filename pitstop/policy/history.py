@@ -74,6 +74,11 @@ class History(BaseModel):
     open_breakers: dict[str, str] = Field(
         default_factory=dict, description="scope -> reason, e.g. {'partition:gpu': '...'}"
     )
+    breaker_resets: dict[str, datetime] = Field(
+        default_factory=dict,
+        description="scope -> when a human last closed its breaker; the storm guard of that scope "
+        "counts only drains after it (the human has seen the storm so far)",
+    )
 
 
 # --- pure summaries -------------------------------------------------------------------------
@@ -85,10 +90,16 @@ def within(items_at: list[datetime], now: datetime, window: timedelta) -> int:
 
 
 def drains_in_window(
-    drains: list[DrainRecord], now: datetime, window: timedelta, partition: str | None = None
+    drains: list[DrainRecord],
+    now: datetime,
+    window: timedelta,
+    partition: str | None = None,
+    not_before: datetime | None = None,
 ) -> int:
-    """Distinct nodes drained in the window, optionally only those in `partition`."""
+    """Distinct nodes drained in the window (and after `not_before`), optionally only in `partition`."""
     since = as_utc(now) - window
+    if not_before is not None:
+        since = max(since, as_utc(not_before))
     return len(
         {
             d.node

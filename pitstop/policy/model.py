@@ -155,6 +155,11 @@ class StormGuard(_Strict):
     cluster_max_drains: int | None = Field(default=16, ge=0)
     cluster_max_percent: float | None = Field(default=20.0, gt=0, le=100)
     min_healthy_nodes: int = Field(default=1, ge=0, description="never drain the last N healthy")
+    # On a small cluster one drain is already a big percentage (1 of 4 = 25 %): percentages only
+    # count once this many nodes were drained in the window; the count limits always apply.
+    percent_min_drains: int = Field(
+        default=3, ge=1, description="percent limits apply from this many drains in the window"
+    )
 
 
 class LemonThresholds(_Strict):

@@ -186,10 +186,12 @@ class DrainCheck(BaseModel):
     trips: list[BreakerTrip] = Field(default_factory=list)
 
 
-def _over(count_after: int, size: int | None, max_count: int | None, max_pct: float | None) -> str | None:
+def _over(
+    count_after: int, size: int | None, max_count: int | None, max_pct: float | None, pct_floor: int = 1
+) -> str | None:
     if max_count is not None and count_after > max_count:
         return f"{count_after} drains > limit {max_count}"
-    if max_pct is not None and size:
+    if max_pct is not None and size and count_after >= pct_floor:
         pct = 100.0 * count_after / size
         if pct > max_pct + 1e-9:
             return f"{count_after} of {size} nodes ({pct:.0f}%) > limit {max_pct:g}%"
@@ -222,14 +224,16 @@ def check_drain(
     drains = history.recent_drains + planned
     window = timedelta(minutes=guard.window_minutes)
     trips: list[BreakerTrip] = []
+    floor = guard.percent_min_drains
+    resets = history.breaker_resets
     for p in partitions:
         state = history.partitions.get(p)
-        after = drains_in_window(drains, now, window, partition=p) + 1
-        over = _over(after, state.size if state else None, guard.partition_max_drains, guard.partition_max_percent)
+        after = drains_in_window(drains, now, window, partition=p, not_before=resets.get(partition_scope(p))) + 1
+        over = _over(after, state.size if state else None, guard.partition_max_drains, guard.partition_max_percent, floor)
         if over:
             trips.append(BreakerTrip(scope=partition_scope(p), reason=f"storm guard: partition {p} {over} in {guard.window_minutes:g} min"))
-    after = drains_in_window(drains, now, window) + 1
-    over = _over(after, history.cluster_size, guard.cluster_max_drains, guard.cluster_max_percent)
+    after = drains_in_window(drains, now, window, not_before=resets.get(CLUSTER_SCOPE)) + 1
+    over = _over(after, history.cluster_size, guard.cluster_max_drains, guard.cluster_max_percent, floor)
     if over:
         trips.append(BreakerTrip(scope=CLUSTER_SCOPE, reason=f"storm guard: cluster {over} in {guard.window_minutes:g} min"))
     if trips:

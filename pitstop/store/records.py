@@ -680,6 +680,7 @@ def load_history(
             tickets=sum(1 for t in tickets if t.node == n),
             node_faults=len(mine),
         )
+    scopes = breakers(store)
     drain_rows: list[DrainRecord] = []
     for d in drains:
         if d.finished_at is None:
@@ -699,5 +700,6 @@ def load_history(
         partitions=partitions,
         cluster_size=len(infos) or None,
         cluster_healthy=sum(1 for i in infos if not (i.is_drained or i.is_down)) if infos else None,
-        open_breakers=open_breakers(store),
+        open_breakers={b.scope: b.reason or "" for b in scopes if b.is_open},
+        breaker_resets={b.scope: b.reset_at for b in scopes if not b.is_open and b.reset_at is not None},
     )

@@ -1,63 +1,31 @@
 """`pitstop run [options] -- CMD [ARGS...]`: the entry point, dispatched before typer is imported.
 
 Order matters, and is the point of this module:
-  1. stdlib only: parse options, create the run directory, fsync metadata.json, launch the child;
-  2. while the child runs: pump its output, and load the heavy parts (settings, store, classifier)
-     in a background thread so a long job never waits for them;
-  3. after it ends: classify, notify, record (`finish.py`), and exit with the child's code.
-The child is launched before anything heavier than the standard library is imported.
+  1. before the child starts, only modules the interpreter has already loaded (os, sys, time)
+     and a few C modules: parse options, create the run directory, fsync metadata.json, spawn;
+  2. while the child runs: pump its output, and load the heavy parts (settings, store) in a
+     background thread so a long job never waits for them;
+  3. after it ends: classify the complete logs (in a separate process), notify, record
+     (`finish.py`), and exit with the child's code.
+Every import on the path to the spawn is paid on every job launch: keep it that way
+(tests/wrapper/test_fastpath.py checks it).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-import threading
 import time
-from collections.abc import Callable
-from pathlib import Path
 
 from pitstop.wrapper import rundir
 from pitstop.wrapper.exitstatus import USAGE, shell_exit_code
-from pitstop.wrapper.launch import LaunchFailed, launch
-from pitstop.wrapper.pump import OutputPump, Stream
+from pitstop.wrapper.launch import LaunchFailed, launch, wait_exit
+from pitstop.wrapper.options import USAGE as USAGE_LINE
+from pitstop.wrapper.options import HelpRequested, RunOptions, UsageError, help_text, parse_args
 from pitstop.wrapper.signals import SignalForwarder
 
 DRAIN_GRACE_S = 5.0  # default while settings are not loaded yet (WrapperSettings.drain_grace_s)
-PROG = "pitstop run"
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=PROG,
-        description="Run CMD, keep its logs, classify how it ended and notify.",
-        usage=f"{PROG} [options] -- CMD [ARGS...]",
-    )
-    p.add_argument("--notify", action="append", default=[], metavar="URL",
-                   help="apprise URL to notify (repeatable; added to the configured ones)")
-    p.add_argument("--attach", action="append", default=[], metavar="GLOB",
-                   help="attach files matching GLOB to the notification (repeatable)")
-    p.add_argument("--notify-success", action="store_true", help="notify also when the run succeeds")
-    p.add_argument("--name", help="a label for this run in notifications and `pitstop runs`")
-    p.add_argument("--quiet", action="store_true", help="no summary line on stderr at the end")
-    return p
-
-
-def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    """Options before `--`, the command after it. A command without `--` is accepted if it does
-    not start with '-' (so `pitstop run python train.py` works too)."""
-    if "--" in argv:
-        cut = argv.index("--")
-        opts, command = argv[:cut], argv[cut + 1 :]
-        ns = _parser().parse_args(opts)
-    else:
-        ns, command = _parser().parse_known_args(argv)
-        if command and command[0].startswith("-"):
-            _parser().error(f"unknown option {command[0]}; put the command after --")
-    if not command:
-        _parser().error("no command given: pitstop run [options] -- CMD [ARGS...]")
-    return ns, command
+LOGS = (rundir.STDOUT_LOG, rundir.STDERR_LOG, rundir.COMBINED_LOG)
 
 
 def _warn(message: str) -> None:
@@ -67,41 +35,58 @@ def _warn(message: str) -> None:
         pass
 
 
-def _open_log(path: Path) -> int:
+def _say(message: str) -> None:
+    try:
+        os.write(2, message.encode("utf-8", "backslashreplace"))
+    except OSError:
+        pass
+
+
+def _open_log(path: str) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
 
 
-def main(argv: list[str], classify: Callable | None = None) -> int:
+def main(argv: list[str], classify=None) -> int:
     try:
         ns, command = parse_args(argv)
-    except SystemExit as exc:  # argparse already printed the usage error or the help
-        return USAGE if exc.code else 0
+    except HelpRequested:
+        sys.stdout.write(help_text())
+        return 0
+    except UsageError as exc:
+        _say(f"{USAGE_LINE}\npitstop run: error: {exc}\n")
+        return USAGE
     epoch = time.time()
     home = rundir.resolve_home(os.environ)
+    runs_dir = os.path.join(home, "runs")
     try:
-        run_id, run_dir = rundir.create_run_dir(home / "runs", epoch)
-        metadata = rundir.build_metadata(run_id, command, ns.name, epoch, os.environ)
-        rundir.write_json_durably(run_dir / rundir.METADATA, metadata)
-        fds = {n: _open_log(run_dir / n) for n in (rundir.STDOUT_LOG, rundir.STDERR_LOG, rundir.COMBINED_LOG)}
+        run_id, run_dir, metadata = rundir.create_run(
+            runs_dir, epoch,
+            lambda rid: rundir.build_metadata(rid, command, ns.name, epoch, os.environ),
+        )
+        fds = {n: _open_log(os.path.join(run_dir, n)) for n in LOGS}
     except OSError as exc:
-        return _run_unrecorded(command, home, exc)
+        return _run_unrecorded(command, runs_dir, exc)
 
     forwarder = SignalForwarder()
     forwarder.install()
     try:
-        proc, out_r, err_r = launch(command)
+        pid, out_r, err_r = launch(command)
     except LaunchFailed as failed:
         for fd in fds.values():
             os.close(fd)
         _write_error(run_dir, str(failed))
-        os.write(2, f"pitstop: {failed}\n".encode("utf-8", "backslashreplace"))
+        _say(f"pitstop: {failed}\n")
         ended = time.time()
         loader = _Preloader(ns, metadata, run_dir, classify)
-        loader.run()
+        loader.run(want_classifier=False)  # nothing ran, nothing to classify
         _finish(ns, metadata, run_dir, loader, failed.exit_code, None, ended, [],
                 launch_error=str(failed), pump=None)
         return failed.exit_code
-    forwarder.attach(proc.pid)
+    forwarder.attach(pid)
+    # --- the child is running: from here on, imports cost the job nothing --------------------
+    import threading
+
+    from pitstop.wrapper.pump import OutputPump, Stream
 
     pump = OutputPump(
         [Stream(out_r, b"O", 1, fds[rundir.STDOUT_LOG]), Stream(err_r, b"E", 2, fds[rundir.STDERR_LOG])],
@@ -112,7 +97,7 @@ def main(argv: list[str], classify: Callable | None = None) -> int:
     loader_thread = threading.Thread(target=loader.run, name="pitstop-preload", daemon=True)
     loader_thread.start()
 
-    returncode = proc.wait()
+    returncode = wait_exit(pid)
     ended = time.time()
     _drain(pump, loader.drain_grace_s)
     for fd in fds.values():
@@ -121,27 +106,30 @@ def main(argv: list[str], classify: Callable | None = None) -> int:
     # The exit status reaches disk first: the steps below may be slow or be killed.
     try:
         rundir.write_json_durably(
-            run_dir / rundir.RESULT,
+            os.path.join(run_dir, rundir.RESULT),
             {"id": run_id, "status": "finishing", "exit_code": exit_code, "signal": sig,
              "ended_at": rundir.iso_utc(ended), "signals_forwarded": forwarder.names},
         )
     except OSError as exc:
-        _warn(f"could not write {run_dir / rundir.RESULT}: {exc.strerror}")
+        _warn(f"could not write {os.path.join(run_dir, rundir.RESULT)}: {exc.strerror}")
     loader_thread.join()
-    _finish(ns, metadata, run_dir, loader, exit_code, sig, ended, forwarder.names, None, pump)
+    try:
+        _finish(ns, metadata, run_dir, loader, exit_code, sig, ended, forwarder.names, None, pump)
+    finally:
+        loader.close()
     return exit_code
 
 
-def _drain(pump: OutputPump, grace_s: float) -> None:
+def _drain(pump, grace_s: float) -> None:
     pump.join(grace_s)
     if pump.is_alive():  # a background grandchild still holds the pipes: stop listening
         pump.stop()
         pump.join(2.0)
 
 
-def _write_error(run_dir: Path, message: str) -> None:
+def _write_error(run_dir: str, message: str) -> None:
     try:
-        fd = os.open(run_dir / rundir.ERROR, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(os.path.join(run_dir, rundir.ERROR), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.write(fd, message.encode("utf-8", "backslashreplace") + b"\n")
             os.fsync(fd)
@@ -151,19 +139,19 @@ def _write_error(run_dir: Path, message: str) -> None:
         pass
 
 
-def _run_unrecorded(command: list[str], home: Path, exc: OSError) -> int:
+def _run_unrecorded(command: list[str], runs_dir: str, exc: OSError) -> int:
     """No run directory is possible (read-only or full disk): the job still runs, unwatched."""
     _warn(
-        f"cannot create a run directory under {home / 'runs'} ({exc.strerror or exc}); "
+        f"cannot create a run directory under {runs_dir} ({exc.strerror or exc}); "
         "running the command WITHOUT Pitstop logs or notification"
     )
     try:
         os.execvp(command[0], command)
     except FileNotFoundError:
-        os.write(2, f"pitstop: {command[0]}: command not found\n".encode("utf-8", "backslashreplace"))
+        _say(f"pitstop: {command[0]}: command not found\n")
         return 127
     except OSError as err:
-        os.write(2, f"pitstop: {command[0]}: {err.strerror}\n".encode("utf-8", "backslashreplace"))
+        _say(f"pitstop: {command[0]}: {err.strerror}\n")
         return 126
     return 126  # unreachable: execvp returns only by raising
 
@@ -171,7 +159,7 @@ def _run_unrecorded(command: list[str], home: Path, exc: OSError) -> int:
 class _Preloader:
     """Heavy set-up that can overlap the child: settings, the DB row, the classifier."""
 
-    def __init__(self, ns: argparse.Namespace, metadata: dict, run_dir: Path, classify) -> None:
+    def __init__(self, ns: RunOptions, metadata: dict, run_dir: str, classify) -> None:
         self.ns = ns
         self.metadata = metadata
         self.run_dir = run_dir
@@ -184,12 +172,12 @@ class _Preloader:
     def drain_grace_s(self) -> float:
         return self.settings.wrapper.drain_grace_s if self.settings is not None else DRAIN_GRACE_S
 
-    def run(self) -> None:
+    def run(self, want_classifier: bool = True) -> None:
         try:
+            if want_classifier and self.classify is None:
+                self._start_classifier()  # first: its start-up (~1 s) overlaps everything else
             self._load_settings()
             self._start_record()
-            if self.classify is None:
-                self._load_classifier()
         except BaseException as exc:  # never let set-up kill the wrapper: report and go on
             self.warnings.append(f"wrapper set-up failed: {exc!r}"[:400])
 
@@ -221,18 +209,25 @@ class _Preloader:
         if problem:
             self.warnings.append(problem)
 
-    def _load_classifier(self) -> None:
+    def _start_classifier(self) -> None:
         try:
-            from pitstop.cli.run_glue import classify_logs
+            from pitstop.cli.run_glue import start_classifier
+
+            self.classify = start_classifier()
         except Exception as exc:
-            self.warnings.append(f"the classifier cannot be loaded: {exc!r}"[:400])
-            return
-        self.classify = classify_logs
+            self.warnings.append(f"the classifier cannot be started: {exc}"[:400])
+
+    def close(self) -> None:
+        close = getattr(self.classify, "close", None)
+        if close is not None:
+            close()
 
 
 def _finish(ns, metadata, run_dir, loader, exit_code, sig, ended, forwarded, launch_error, pump) -> None:
     try:
         from datetime import datetime, timezone
+
+        from pathlib import Path
 
         from pitstop.wrapper.finish import finish_run
         from pitstop.wrapper.outcome import RunOutcome
@@ -243,7 +238,7 @@ def _finish(ns, metadata, run_dir, loader, exit_code, sig, ended, forwarded, lau
         outcome = RunOutcome(
             run_id=metadata["id"],
             name=metadata.get("name"),
-            run_dir=run_dir,
+            run_dir=Path(run_dir),
             command=metadata["command"],
             cwd=metadata["cwd"],
             host=metadata["host"],
@@ -257,8 +252,6 @@ def _finish(ns, metadata, run_dir, loader, exit_code, sig, ended, forwarded, lau
             signals_forwarded=forwarded,
             stdout_bytes=pump.streams[0].bytes_read if pump else 0,
             stderr_bytes=pump.streams[1].bytes_read if pump else 0,
-            stdout_newlines=pump.streams[0].newlines if pump else 0,
-            stderr_newlines=pump.streams[1].newlines if pump else 0,
             warnings=warnings,
         )
         settings = loader.settings
@@ -274,7 +267,7 @@ def _finish(ns, metadata, run_dir, loader, exit_code, sig, ended, forwarded, lau
         _warn(warning)
     status = report.outcome.status(report.verdict).value
     if not ns.quiet and status != "succeeded":
-        os.write(2, (
+        _say(
             f"pitstop: run {metadata['id']} {status}: {report.verdict.cause.value} "
             f"({report.verdict.signature}), exit {exit_code}; logs in {run_dir}\n"
-        ).encode("utf-8", "backslashreplace"))
+        )

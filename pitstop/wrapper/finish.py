@@ -6,6 +6,7 @@ never removes what is on disk.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -16,14 +17,15 @@ from pitstop.models import Cause, Evidence, SchedulerFacts, Verdict
 from pitstop.notify import NotifyOutcome, NotifyStatus, send
 from pitstop.wrapper import rundir
 from pitstop.wrapper.attachments import AttachmentPlan, plan_attachments
+from pitstop.wrapper.classify_child import ClassifierTimedOut, with_timeout_note
 from pitstop.wrapper.excerpt import tail_lines
-from pitstop.wrapper.logwindow import LogWindows
 from pitstop.wrapper.exitstatus import NOT_FOUND
 from pitstop.wrapper.outcome import RunOutcome
 from pitstop.wrapper.record import RunRecorder
 from pitstop.wrapper.report import build_notification
 
-Classify = Callable[[Sequence[Path], SchedulerFacts], Verdict]
+# (log paths, scheduler facts, time budget in s) -> the verdict over the complete logs
+Classify = Callable[[Sequence[Path], SchedulerFacts, float], Verdict]
 
 # What the wrapper itself knows when a command never started: no log to classify.
 _NOT_STARTED = {
@@ -38,6 +40,7 @@ class RunReport(BaseModel):
     plan: AttachmentPlan = Field(default_factory=AttachmentPlan)
     notify: NotifyOutcome
     warnings: list[str] = Field(default_factory=list)
+    classify_s: float = Field(default=0.0, description="time spent classifying the complete logs")
 
 
 def not_started_verdict(outcome: RunOutcome) -> Verdict:
@@ -65,17 +68,14 @@ def classify_run(
             else None
         ),
     )
-    run_dir = outcome.run_dir
-    logs = {
-        run_dir / rundir.STDERR_LOG: outcome.stderr_newlines,
-        run_dir / rundir.STDOUT_LOG: outcome.stdout_newlines,
-    }
-    windows = LogWindows(run_dir / ".classify", settings.wrapper)
+    # stderr first: where both logs show a cause, the crash usually speaks there
+    logs = [outcome.run_dir / rundir.STDERR_LOG, outcome.run_dir / rundir.STDOUT_LOG]
     try:
         if classify is None:
             raise RuntimeError("no classifier is available")
-        paths = [p for log, lines in logs.items() for p in windows.of(log, lines)]
-        return windows.remap(classify(paths, facts)), None
+        return classify(logs, facts, settings.wrapper.classify_timeout_s), None
+    except ClassifierTimedOut as exc:
+        return with_timeout_note(exc.fallback, outcome.exit_code, str(exc)), str(exc)
     except Exception as exc:
         fallback = Verdict(
             cause=Cause.SUCCESS if outcome.exit_code == 0 else Cause.UNKNOWN,
@@ -83,9 +83,7 @@ def classify_run(
             confidence=0.0,
             evidence=[Evidence(line=0, text=f"exit code {outcome.exit_code}", source="wrapper")],
         )
-        return fallback, f"classification failed, cause left unknown: {exc!r}"[:400]
-    finally:
-        windows.clean()
+        return fallback, f"classification failed, cause left unknown: {exc}"[:400]
 
 
 def should_notify(outcome: RunOutcome, verdict: Verdict, settings: Settings) -> bool:
@@ -102,7 +100,9 @@ def finish_run(
     warnings: list[str] = list(outcome.warnings)
     run_dir = outcome.run_dir
 
+    started = time.monotonic()
     verdict, problem = classify_run(outcome, classify, settings)
+    classify_s = time.monotonic() - started
     if problem:
         warnings.append(problem)
     _write(run_dir / rundir.VERDICT, verdict.model_dump(mode="json"), warnings)
@@ -154,6 +154,7 @@ def finish_run(
         plan=plan,
         notify=notify,
         warnings=warnings,
+        classify_s=classify_s,
     )
     _write(run_dir / rundir.RESULT, result_record(report), [])
     return report
@@ -170,6 +171,7 @@ def result_record(report: RunReport) -> dict:
         "started_at": o.started_at.isoformat(),
         "ended_at": o.ended_at.isoformat(),
         "duration_s": round(o.duration_s, 3),
+        "classify_s": round(report.classify_s, 3),
         "stdout_bytes": o.stdout_bytes,
         "stderr_bytes": o.stderr_bytes,
         "signals_forwarded": o.signals_forwarded,

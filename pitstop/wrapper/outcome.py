@@ -36,8 +36,6 @@ class RunOutcome(BaseModel):
     signals_forwarded: list[str] = Field(default_factory=list)
     stdout_bytes: int = 0
     stderr_bytes: int = 0
-    stdout_newlines: int = 0
-    stderr_newlines: int = 0
     warnings: list[str] = Field(default_factory=list)
 
     @property

@@ -84,7 +84,6 @@ class Stream:
         self.terminal = Sink(terminal_fd, "terminal")
         self.raw = Sink(raw_fd, f"{'stdout' if tag == b'O' else 'stderr'}.log")
         self.bytes_read = 0
-        self.newlines = 0  # lets a classifier of the log's tail give true line numbers
         self.line_len = 0  # bytes of the current, unfinished line already in combined.log
         self.continues = False  # its next combined line continues one that was cut
 
@@ -150,7 +149,6 @@ class OutputPump(threading.Thread):
     # --- one chunk -------------------------------------------------------------------------
     def feed(self, stream: Stream, data: bytes) -> None:
         stream.bytes_read += len(data)
-        stream.newlines += data.count(b"\n")
         stream.terminal.write(data)
         stream.raw.write(data)
         if self.combined.fd is not None:

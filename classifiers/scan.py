@@ -8,8 +8,9 @@ matched lines and truncated, so a 100 MB line never becomes a 100 MB str.
 Speed (a 1 GB log should classify no slower than `LC_ALL=C grep -E -c` takes to count it):
 - windows are examined on a small thread pool: Hyperscan releases the GIL while it scans, so one
   thread scans while another counts line breaks (the other big cost) or reads the next window;
-- a weak rule (success/progress markers, which match nearly every line) is dropped from the scan
-  once found: only its first line is evidence, so later windows cannot change the verdict;
+- rules that can no longer change the verdict are dropped from the scan of later windows (see
+  `_Pruning`): a weak rule once found (only its first line is evidence), and, once a strong hit
+  is in, rules too weak to win, to rival it or to corroborate any cause that still could win;
 - a rule's last occurrence is looked up only in windows where it matched, from the window's end.
 """
 
@@ -23,6 +24,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import BinaryIO, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
+
+from pitstop.models import Cause
 
 from classifiers.engines import LAST_MIN_PRIORITY, Engine
 from classifiers.rule_model import Rule
@@ -139,13 +142,11 @@ def _read_full(stream: BinaryIO, into: memoryview) -> int:
 def _windows(stream: BinaryIO, window_bytes: int, free: list[bytearray]) -> Iterator[_Window]:
     """Line-aligned windows over the stream, in order. Buffers come from (and go back to) `free`."""
     carry = b""
+    capacity = window_bytes + MAX_CARRY_BYTES  # a carry never exceeds MAX_CARRY_BYTES
     while True:
         need = len(carry) + window_bytes
-        buf = next((b for b in free if len(b) >= need), None)
-        if buf is None:
-            buf = bytearray(need)
-        else:
-            free.remove(buf)
+        # Reuse buffers: a fresh 9 MB bytearray costs a memset and thousands of page faults.
+        buf = free.pop() if free else bytearray(capacity)
         buf[: len(carry)] = carry
         with memoryview(buf) as view:
             got = _read_full(stream, view[len(carry) : need])
@@ -180,7 +181,7 @@ class _Examiner:
         self._rules = rules
         self._confirmer = _RuleConfirmer(rules)
 
-    def __call__(self, window: _Window, skip: frozenset[int], known: frozenset[int]) -> _Result:
+    def __call__(self, window: _Window, skip: frozenset[int], known: frozenset[int], last_min: int) -> _Result:
         data, scan_end = window.data, window.scan_end
         with memoryview(data) as view, view[:scan_end] as body:
             matches = self._engine.first_matches(body, skip)
@@ -189,7 +190,7 @@ class _Examiner:
         for index, offset in matches.items():
             if index not in known:
                 first[index] = self._first(index, data, offset, scan_end)
-        keeps_last = frozenset(i for i in matches if self._rules[i].priority >= LAST_MIN_PRIORITY)
+        keeps_last = frozenset(i for i in matches if self._rules[i].priority >= last_min)
         if keeps_last:
             for index, offset in self._engine.last_matches(keeps_last, data, scan_end).items():
                 last[index] = self._last(index, data, offset, scan_end)
@@ -231,6 +232,47 @@ class _Examiner:
         return _Found(offset, evidence_text(raw), "")
 
 
+class _Pruning:
+    """Which rules later windows may skip without changing the verdict `decide` will reach.
+
+    With a hit of priority P in this source, the final winner has priority >= P whatever the other
+    sources say. A rule then still matters if it could win (priority >= P), rival the winner
+    (within decide's close margin of P), or corroborate it: its cause has a rule or scheduler
+    fact of priority >= P. Success hits are left out of P: a failed scheduler state discards them.
+    Found rules keep being scanned only while their last occurrence may become evidence.
+    """
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        from classifiers.decide import _CLOSE_PRIORITY  # decide imports this module: import late
+        from classifiers.scheduler_facts import EXIT_NONZERO, EXIT_ZERO, SIGNAL_RULES, STATE_RULES
+
+        self._rules = rules
+        self._margin = _CLOSE_PRIORITY
+        cause_max: dict[Cause, int] = {}
+        facts = (*STATE_RULES.values(), *SIGNAL_RULES.values(), EXIT_ZERO, EXIT_NONZERO)
+        for item in (*rules, *facts):
+            cause_max[item.cause] = max(cause_max.get(item.cause, 0), item.priority)
+        self._cause_max = cause_max
+        self._cache: dict[tuple[int, frozenset[int]], frozenset[int]] = {}
+
+    def strongest(self, found) -> int:
+        return max((self._rules[i].priority for i in found if self._rules[i].cause is not Cause.SUCCESS), default=0)
+
+    def skip(self, found) -> frozenset[int]:
+        # Keyed by (P, found weak rules) only, so a whole scan needs just a few engine databases.
+        strongest = self.strongest(found)
+        weak_found = frozenset(i for i in found if self._rules[i].priority < LAST_MIN_PRIORITY)
+        key = (strongest, weak_found)
+        skip = self._cache.get(key)
+        if skip is None:
+            hopeless = {
+                i for i, rule in enumerate(self._rules)
+                if rule.priority <= strongest - self._margin and self._cause_max[rule.cause] < strongest
+            }
+            skip = self._cache[key] = frozenset(hopeless | weak_found)
+        return skip
+
+
 def scan_stream(
     stream: BinaryIO,
     engine: Engine,
@@ -241,7 +283,7 @@ def scan_stream(
 ) -> list[Hit]:
     """First hit per rule over the whole stream (with its last line, for rules that keep one)."""
     examine = _Examiner(engine, rules)
-    weak = frozenset(i for i, rule in enumerate(rules) if rule.priority < LAST_MIN_PRIORITY)
+    pruning = _Pruning(rules)
     hits: dict[int, Hit] = {}
     last: dict[int, tuple[int, str]] = {}  # rule -> (line, text) of its latest match so far
     lines_before = 0  # newlines before the start of the window being merged
@@ -258,9 +300,11 @@ def scan_stream(
         lines_before += result.newlines
         free.append(window.data)
 
-    def plan() -> tuple[frozenset[int], frozenset[int]]:
+    def plan() -> tuple[frozenset[int], frozenset[int], int]:
         # Only windows already merged (all earlier in the stream) decide what later ones skip.
-        return weak.intersection(hits), frozenset(hits)
+        # A last occurrence is evidence only for a rule that can still win.
+        last_min = max(pruning.strongest(hits), LAST_MIN_PRIORITY)
+        return pruning.skip(hits), frozenset(hits), last_min
 
     windows = _windows(stream, window_bytes, free)
     head = next(windows, None)
@@ -284,8 +328,9 @@ def scan_stream(
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
     out = []
+    last_min = max(pruning.strongest(hits), LAST_MIN_PRIORITY)
     for index, hit in hits.items():
-        if index in last and last[index][0] != hit.line:
+        if rules[index].priority >= last_min and index in last and last[index][0] != hit.line:
             hit = hit.model_copy(update={"last_line": last[index][0], "last_text": last[index][1]})
         out.append(hit)
     return sorted(out, key=lambda hit: hit.line)

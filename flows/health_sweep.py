@@ -157,6 +157,13 @@ def _sweep(ctx: PipelineContext, partition: str | None) -> SweepReport:
             repeat_why = f"failed {failures} health sweeps in {p.sweep_repeat_window_h:g} h"
             report.repeat_offenders[r.node] = repeat_why
             journal.flag_repeat_offender(ctx, r.node, repeat_why)
+        if r.node in xid_alarms:
+            # One fault, one alarm: the new Xid's alarm carries the failing checks as evidence,
+            # so the ladder and damping see one occurrence, not two incidents.
+            for alarm in xid_alarms[r.node]:
+                alarm.details["lines"] = (alarm.details["lines"] + r.failing_checks)[:20]
+                alarm.details["repeat_offender"] = repeat_why or ""
+            continue
         report.alarms[r.node] = raise_alarm(ctx, r, repeat_why)
     for node, alarms in sorted(xid_alarms.items()):
         for alarm in alarms:

@@ -7,7 +7,11 @@ import sys
 
 PROBE = """
 import sys
+loaded = set(sys.modules)
 import pitstop.wrapper.fastpath as fp
+# paid on every job launch: pure-Python stdlib modules that would add milliseconds
+slow = sorted(m for m in set(sys.modules) - loaded if m in ('pathlib', 're', 'json', 'argparse', 'subprocess', 'signal', 'threading', 'enum', 'dataclasses'))
+assert not slow, f"imported before the child starts: {slow}"
 before = sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'sqlmodel', 'sqlalchemy', 'prefect', 'typer', 'rich', 'classifiers', 'apprise'))
 rc = fp.main(['--quiet', '--', 'sh', '-c', 'exit 5'])
 after = sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] in ('prefect', 'typer', 'rich', 'apprise', 'paramiko')})

@@ -105,7 +105,7 @@ def _line_bounds(data: bytes | bytearray, offset: int, limit: int) -> tuple[int,
 
 
 class _Window(NamedTuple):
-    data: bytearray  # a reused buffer: only data[:scan_end] belongs to this window
+    data: bytes | bytearray  # often a reused buffer: only data[:scan_end] belongs to this window
     scan_end: int  # scan data[:scan_end]
     advance: int  # the next window starts at data[advance]; newlines before it are this window's
 
@@ -139,17 +139,40 @@ def _read_full(stream: BinaryIO, into: memoryview) -> int:
     return total
 
 
+def _read_bytes(stream: BinaryIO, size: int) -> bytes:
+    """Up to `size` bytes, fewer only at the end of the stream."""
+    parts: list[bytes] = []
+    total = 0
+    while total < size:
+        chunk = stream.read(size - total)
+        if not chunk:
+            break
+        parts.append(chunk)
+        total += len(chunk)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 def _windows(stream: BinaryIO, window_bytes: int, free: list[bytearray]) -> Iterator[_Window]:
-    """Line-aligned windows over the stream, in order. Buffers come from (and go back to) `free`."""
+    """Line-aligned windows over the stream, in order. Buffers come from (and go back to) `free`.
+
+    The first window is read as plain bytes, so a small log never allocates a 9 MB buffer.
+    """
     carry = b""
-    capacity = window_bytes + MAX_CARRY_BYTES  # a carry never exceeds MAX_CARRY_BYTES
+    slack = min(MAX_CARRY_BYTES, max(window_bytes // 8, 4096))  # room for the usual short carry
+    first = True
     while True:
         need = len(carry) + window_bytes
-        # Reuse buffers: a fresh 9 MB bytearray costs a memset and thousands of page faults.
-        buf = free.pop() if free else bytearray(capacity)
-        buf[: len(carry)] = carry
-        with memoryview(buf) as view:
-            got = _read_full(stream, view[len(carry) : need])
+        if first:
+            buf: bytes | bytearray = _read_bytes(stream, window_bytes)
+            got = len(buf)
+            first = False
+        else:
+            # Reuse buffers: a fresh 9 MB bytearray costs a memset and thousands of page faults.
+            fits = next((i for i, b in enumerate(free) if len(b) >= need), None)
+            buf = free.pop(fits) if fits is not None else bytearray(need + slack)
+            buf[: len(carry)] = carry
+            with memoryview(buf) as view:
+                got = _read_full(stream, view[len(carry) : need])
         n = len(carry) + got
         at_end = got < window_bytes
         if at_end:
@@ -167,7 +190,7 @@ def _windows(stream: BinaryIO, window_bytes: int, free: list[bytearray]) -> Iter
         carry = bytes(buf[advance:n])
         if scan_end:
             yield _Window(buf, scan_end, advance)
-        else:
+        elif isinstance(buf, bytearray):
             free.append(buf)
         if at_end:
             return
@@ -280,8 +303,12 @@ def scan_stream(
     source: str,
     window_bytes: int = WINDOW_BYTES,
     threads: int = SCAN_THREADS,
+    prune: bool = True,
 ) -> list[Hit]:
-    """First hit per rule over the whole stream (with its last line, for rules that keep one)."""
+    """First hit per rule over the whole stream, with its last line where that can be evidence.
+
+    `prune=False` scans every rule over every window (the reference the pruning is tested against).
+    """
     examine = _Examiner(engine, rules)
     pruning = _Pruning(rules)
     hits: dict[int, Hit] = {}
@@ -298,11 +325,14 @@ def scan_stream(
         for index, (breaks, found) in result.last.items():
             last[index] = (lines_before + breaks + 1, found.text)
         lines_before += result.newlines
-        free.append(window.data)
+        if isinstance(window.data, bytearray):
+            free.append(window.data)
 
     def plan() -> tuple[frozenset[int], frozenset[int], int]:
         # Only windows already merged (all earlier in the stream) decide what later ones skip.
         # A last occurrence is evidence only for a rule that can still win.
+        if not prune:
+            return frozenset(), frozenset(hits), LAST_MIN_PRIORITY
         last_min = max(pruning.strongest(hits), LAST_MIN_PRIORITY)
         return pruning.skip(hits), frozenset(hits), last_min
 
@@ -328,7 +358,7 @@ def scan_stream(
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
     out = []
-    last_min = max(pruning.strongest(hits), LAST_MIN_PRIORITY)
+    last_min = max(pruning.strongest(hits), LAST_MIN_PRIORITY) if prune else LAST_MIN_PRIORITY
     for index, hit in hits.items():
         if rules[index].priority >= last_min and index in last and last[index][0] != hit.line:
             hit = hit.model_copy(update={"last_line": last[index][0], "last_text": last[index][1]})

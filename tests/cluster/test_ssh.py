@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 from pitstop.cluster.base import HostStatus, RemoteRunner
 from pitstop.cluster.ssh import SshRunner
+from tests.support.net import silent_listener
 
 pytestmark = pytest.mark.cluster
 
@@ -20,28 +20,8 @@ pytestmark = pytest.mark.cluster
 @pytest.fixture()
 def silent_port():
     """A TCP port that accepts connections and never says a word (a hung sshd / blackhole)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(64)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1]
-    stop.set()
-    thread.join()
-    for conn in held:
-        conn.close()
-    server.close()
+    with silent_listener() as port:
+        yield port
 
 
 @pytest.fixture()

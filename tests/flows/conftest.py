@@ -7,17 +7,15 @@ that needs an RMA verdict writes a policy whose rule asks for one, exactly as an
 from __future__ import annotations
 
 import json
-import socket
 import time
 from dataclasses import dataclass, field
-from email import message_from_bytes, policy as email_policy
-from email.message import EmailMessage
 from pathlib import Path
 
 import pytest
 import yaml
 
 from pitstop.cluster.demo import DemoCluster
+from tests.support.net import Mailbox, smtp_receiver
 from pitstop.config import load_settings
 from pitstop.store import Store
 
@@ -78,43 +76,12 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
-@dataclass
-class Mailbox:
-    port: int
-    messages: list[EmailMessage] = field(default_factory=list)
-
-    @property
-    def url(self) -> str:
-        return f"mailto://127.0.0.1:{self.port}?from=pitstop@localhost&to=ops@localhost"
-
-    def subjects(self) -> list[str]:
-        return [str(m["subject"]) for m in self.messages]
-
-    def body(self, index: int) -> str:
-        part = self.messages[index].get_body(preferencelist=("plain", "html"))
-        return part.get_content() if part is not None else ""
-
-
 @pytest.fixture
 def mailbox(monkeypatch: pytest.MonkeyPatch) -> Mailbox:
     """A real SMTP receiver; ops notifications (and RMA tickets) are mailed to it."""
-    from aiosmtpd.controller import Controller
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    box = Mailbox(port=port)
-
-    class Handler:
-        async def handle_DATA(self, server, session, envelope):
-            box.messages.append(message_from_bytes(envelope.content, policy=email_policy.default))
-            return "250 OK"
-
-    controller = Controller(Handler(), hostname="127.0.0.1", port=port)
-    controller.start()
-    monkeypatch.setenv("PITSTOP_NOTIFY__URLS", json.dumps([box.url]))
-    yield box
-    controller.stop()
+    with smtp_receiver() as box:
+        monkeypatch.setenv("PITSTOP_NOTIFY__URLS", json.dumps([box.url]))
+        yield box
 
 
 @dataclass

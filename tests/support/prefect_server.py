@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.net import free_port
+
 START_TIMEOUT_S = 90.0
 
 
@@ -36,12 +37,6 @@ class PrefectServer:
     home: Path
     log_path: Path
     pid: int
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _healthy(api_url: str) -> bool:
@@ -68,7 +63,7 @@ def server_environment(home: Path, api_url: str, ui_url: str) -> dict[str, str]:
 def start_prefect_server(base: Path) -> tuple[subprocess.Popen, PrefectServer]:
     home = base / "prefect-home"
     home.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    port = free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     ui_url = f"http://127.0.0.1:{port}"
     env = {**os.environ, **server_environment(home, api_url, ui_url)}

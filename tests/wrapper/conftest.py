@@ -5,88 +5,32 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
-from dataclasses import dataclass, field
-from email import message_from_bytes, policy
-from email.message import EmailMessage
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.support.net import Mailbox, silent_listener, smtp_receiver
 
 VENV_BIN = Path(sys.executable).parent
 PITSTOP = str(VENV_BIN / "pitstop")
 PY = sys.executable
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class Mailbox:
-    port: int
-    messages: list[EmailMessage] = field(default_factory=list)
-
-    @property
-    def url(self) -> str:
-        return f"mailto://127.0.0.1:{self.port}?from=pitstop@localhost&to=ops@localhost"
-
-    def wait(self, count: int = 1, timeout: float = 10.0) -> list[EmailMessage]:
-        deadline = time.monotonic() + timeout
-        while len(self.messages) < count and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return self.messages
-
-
 @pytest.fixture
 def smtp() -> Mailbox:
-    from aiosmtpd.controller import Controller
-
-    box = Mailbox(port=free_port())
-
-    class Handler:
-        async def handle_DATA(self, server, session, envelope):
-            box.messages.append(message_from_bytes(envelope.content, policy=policy.default))
-            return "250 OK"
-
-    controller = Controller(Handler(), hostname="127.0.0.1", port=box.port)
-    controller.start()
-    yield box
-    controller.stop()
+    with smtp_receiver() as box:
+        yield box
 
 
 @pytest.fixture
 def blackhole_smtp():
     """A TCP server that accepts and never says a word: apprise would wait on it forever."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-                held.append(conn)
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1]
-    stop.set()
-    thread.join(2)
-    for conn in held:
-        conn.close()
-    server.close()
+    with silent_listener() as port:
+        yield port
 
 
 @dataclass

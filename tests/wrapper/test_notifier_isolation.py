@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.wrapper.conftest import PY, free_port
+from tests.support.net import free_port
+from tests.wrapper.conftest import PY
 
 FAILURE_MODES = {
     "exit-1": (["sh", "-c", "echo working; exit 1"], 1),

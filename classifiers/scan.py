@@ -11,7 +11,10 @@ Speed (a 1 GB log should classify no slower than `LC_ALL=C grep -E -c` takes to 
 - rules that can no longer change the verdict are dropped from the scan of later windows (see
   `_Pruning`): a weak rule once found (only its first line is evidence), and, once a strong hit
   is in, rules too weak to win, to rival it or to corroborate any cause that still could win;
-- a rule's last occurrence is looked up only in windows where it matched, from the window's end.
+- a rule's last occurrence is looked up only in windows where it matched, from the window's end;
+- counting line breaks costs as much as scanning, so for a regular file a window without hits is
+  not counted; a later hit re-reads (pread) just the uncounted stretch before it. Pipes and
+  in-memory text cannot be re-read and are counted as they pass.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ CUT_OVERLAP_BYTES = 4096  # re-read across a cut: longer than any rule's match
 EVIDENCE_CHARS = 500
 _CONTEXT_BEFORE = 200
 _WHOLE_LINE_ANCHOR = 64 * 1024  # lines up to this long are re-anchored by `re` over the whole line
-# Two threads are enough: one scans (GIL released) while the other counts lines (GIL held).
+# Two threads are enough: one scans (GIL released) while the other counts lines or builds
+# evidence (GIL held); the main thread reads ahead (GIL released too).
 SCAN_THREADS = min(2, os.cpu_count() or 1)
 
 
@@ -108,6 +112,7 @@ class _Window(NamedTuple):
     data: bytes | bytearray  # often a reused buffer: only data[:scan_end] belongs to this window
     scan_end: int  # scan data[:scan_end]
     advance: int  # the next window starts at data[advance]; newlines before it are this window's
+    start: int  # stream offset of data[0]
 
 
 class _Found(NamedTuple):
@@ -117,7 +122,7 @@ class _Found(NamedTuple):
 
 
 class _Result(NamedTuple):
-    newlines: int  # line breaks in data[:advance]
+    newlines: int | None  # line breaks in data[:advance]; None: not counted (no hits, re-readable)
     first: dict[int, tuple[int, _Found]]  # rule -> (line breaks before its first match, evidence)
     last: dict[int, tuple[int, _Found]]  # same for its last match, for rules that keep one
 
@@ -158,6 +163,7 @@ def _windows(stream: BinaryIO, window_bytes: int, free: list[bytearray]) -> Iter
     The first window is read as plain bytes, so a small log never allocates a 9 MB buffer.
     """
     carry = b""
+    start = 0  # stream offset of buf[0]
     slack = min(MAX_CARRY_BYTES, max(window_bytes // 8, 4096))  # room for the usual short carry
     first = True
     while True:
@@ -189,9 +195,10 @@ def _windows(stream: BinaryIO, window_bytes: int, free: list[bytearray]) -> Iter
                 scan_end, advance = n, n - CUT_OVERLAP_BYTES
         carry = bytes(buf[advance:n])
         if scan_end:
-            yield _Window(buf, scan_end, advance)
+            yield _Window(buf, scan_end, advance, start)
         elif isinstance(buf, bytearray):
             free.append(buf)
+        start += advance
         if at_end:
             return
 
@@ -199,10 +206,11 @@ def _windows(stream: BinaryIO, window_bytes: int, free: list[bytearray]) -> Iter
 class _Examiner:
     """Everything done to one window; runs on worker threads, touches nothing shared but caches."""
 
-    def __init__(self, engine: Engine, rules: Sequence[Rule]) -> None:
+    def __init__(self, engine: Engine, rules: Sequence[Rule], defer_counting: bool) -> None:
         self._engine = engine
         self._rules = rules
         self._confirmer = _RuleConfirmer(rules)
+        self._defer = defer_counting
 
     def __call__(self, window: _Window, skip: frozenset[int], known: frozenset[int], last_min: int) -> _Result:
         data, scan_end = window.data, window.scan_end
@@ -217,6 +225,10 @@ class _Examiner:
         if keeps_last:
             for index, offset in self._engine.last_matches(keeps_last, data, scan_end).items():
                 last[index] = self._last(index, data, offset, scan_end)
+        if self._defer and not first and not last:
+            # Counting line breaks costs as much as scanning: a window without hits is counted
+            # later (re-read from the file) only if a hit further on needs its line numbers.
+            return _Result(newlines=None, first={}, last={})
         # One pass of line-break counting serves every hit and the window total.
         points = sorted({f.offset for f in first.values()} | {f.offset for f in last.values()} | {window.advance})
         before: dict[int, int] = {}
@@ -253,6 +265,38 @@ class _Examiner:
         anchor = found if found is not None else offset
         raw = data[max(start, anchor - _CONTEXT_BEFORE) : min(end, anchor + EVIDENCE_CHARS)]
         return _Found(offset, evidence_text(raw), "")
+
+
+class _FileLineCounter:
+    """Counts line breaks in a byte range of a regular file, re-reading it with pread."""
+
+    CHUNK = 8 * 1024 * 1024
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._buf = bytearray(self.CHUNK)
+
+    def count(self, start: int, end: int) -> int:
+        total = 0
+        with memoryview(self._buf) as view:
+            while start < end:
+                got = os.preadv(self._fd, [view[: min(self.CHUNK, end - start)]], start)
+                if got <= 0:
+                    raise OSError(f"the log shrank while it was being read (at byte {start})")
+                total += self._buf.count(b"\n", 0, got)
+                start += got
+        return total
+
+
+def _regular_file_fd(stream: BinaryIO) -> int | None:
+    """The descriptor when the stream is a regular file (re-readable by offset), else None."""
+    import stat
+
+    try:
+        fd = stream.fileno()
+        return fd if stat.S_ISREG(os.fstat(fd).st_mode) and hasattr(os, "preadv") else None
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 class _Pruning:
@@ -309,15 +353,24 @@ def scan_stream(
 
     `prune=False` scans every rule over every window (the reference the pruning is tested against).
     """
-    examine = _Examiner(engine, rules)
+    fd = _regular_file_fd(stream)
+    counter = _FileLineCounter(fd) if fd is not None else None
+    examine = _Examiner(engine, rules, defer_counting=counter is not None)
     pruning = _Pruning(rules)
     hits: dict[int, Hit] = {}
     last: dict[int, tuple[int, str]] = {}  # rule -> (line, text) of its latest match so far
-    lines_before = 0  # newlines before the start of the window being merged
+    lines_before = 0  # newlines before `counted_to` in the stream
+    counted_to = 0  # stream offset up to which lines_before is exact (windows after it: deferred)
     free: list[bytearray] = []
 
     def merge(window: _Window, result: _Result) -> None:
-        nonlocal lines_before
+        nonlocal lines_before, counted_to
+        if isinstance(window.data, bytearray):
+            free.append(window.data)
+        if result.newlines is None:
+            return  # no hits; its lines are counted later only if a later hit needs them
+        if counted_to < window.start:
+            lines_before += counter.count(counted_to, window.start)
         for index, (breaks, found) in result.first.items():
             if index not in hits:
                 hits[index] = Hit(rule_index=index, signature=found.signature, line=lines_before + breaks + 1,
@@ -325,8 +378,7 @@ def scan_stream(
         for index, (breaks, found) in result.last.items():
             last[index] = (lines_before + breaks + 1, found.text)
         lines_before += result.newlines
-        if isinstance(window.data, bytearray):
-            free.append(window.data)
+        counted_to = window.start + window.advance
 
     def plan() -> tuple[frozenset[int], frozenset[int], int]:
         # Only windows already merged (all earlier in the stream) decide what later ones skip.

@@ -138,6 +138,13 @@ def test_xid79_job_end_drains_requeues_records_and_mails_through_hook_and_automa
         return (f"\n--- hooks.log:\n{hooks_log.read_text()[-1500:] if hooks_log.exists() else '(none)'}"
                 f"\n--- pitstop up:\n{log.read_text(errors='replace')[-4000:]}")
 
+    def wait(predicate, timeout_s: float, what: str):
+        """wait_for, with the hook log and `pitstop up`'s output as they are when it gives up."""
+        try:
+            return wait_for(predicate, timeout_s, what, interval=0.3)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}{context()}") from None
+
     try:
         # slurmctld (root) runs the hook; it shares PITSTOP_HOME with `pitstop up`
         install(hook, isolated_home, served_on_slurm["api_url"], slurm.conf_path)
@@ -153,12 +160,12 @@ def test_xid79_job_end_drains_requeues_records_and_mails_through_hook_and_automa
             return [r for r in rest.flow_runs(served_on_slurm["deployment"]["id"])
                     if str(r["parameters"].get("job_id")) == job_id]
 
-        [run] = wait_for(runs, 30, f"a post_failure run for job {job_id}{context()}", interval=0.3)
+        [run] = wait(runs, 30, f"a post_failure run for job {job_id}")
         assert run["parameters"]["cluster"] == "devcluster"
         assert run["parameters"]["facts"]["hook"] == "EpilogSlurmctld"
         assert run["parameters"]["facts"]["exit_code"] == 1
-        done = wait_for(lambda: [r for r in runs() if r["state_type"] in {"COMPLETED", "FAILED", "CRASHED"}],
-                        60, f"post_failure for job {job_id} to finish{context()}", interval=0.3)
+        done = wait(lambda: [r for r in runs() if r["state_type"] in {"COMPLETED", "FAILED", "CRASHED"}],
+                    60, f"post_failure for job {job_id} to finish")
         assert done[0]["state_type"] == "COMPLETED", f"post_failure ended {done[0]['state_type']}{context()}"
         assert f"fast lane: started flow run {run['id']}" in log.read_text(errors="replace")
 
@@ -182,8 +189,8 @@ def test_xid79_job_end_drains_requeues_records_and_mails_through_hook_and_automa
         assert journal["notify_ops"].state == "done"
 
         # the real SMTP receiver got the ops notification, linking this flow run
-        mails = wait_for(lambda: [m for m in mailbox.messages if f"job {job_id}" in str(m["subject"])],
-                         20, "the ops notification")
+        mails = wait(lambda: [m for m in mailbox.messages if f"job {job_id}" in str(m["subject"])],
+                     20, "the ops notification")
         assert "xid-79" in str(mails[0]["subject"])
         body = mailbox.body(mailbox.messages.index(mails[0]))
         assert "Xid (PCI:0000:3b:00): 79" in body

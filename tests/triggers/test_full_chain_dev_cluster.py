@@ -171,7 +171,11 @@ def test_xid79_job_end_drains_requeues_records_and_mails_through_hook_and_automa
 
         # Slurm itself shows the drain and its reason
         assert "DRAIN" in scontrol_field(slurm, "node", node, "State")
-        [incident] = rows(Incident)
+        incidents = rows(Incident)
+        assert len(incidents) == 1, "expected one incident, got: " + "; ".join(
+            f"{i.kind} job={i.job_id} node={i.node} end={i.end_time} {i.cause}/{i.signature} "
+            f"key={getattr(i, 'idempotency_key', None)}" for i in incidents) + context()
+        incident = incidents[0]
         reason = scontrol_field(slurm, "node", node, "Reason")
         assert "xid-79" in reason and f"incident={incident.id}" in reason, reason
         # requeued excluding the bad node; the next run lands elsewhere and succeeds

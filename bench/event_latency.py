@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import re
-import signal
 import socket
 import statistics
 import subprocess
@@ -31,6 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 PITSTOP = REPO / ".venv" / "bin" / "pitstop"
+
+from pitstop.processes import stop_process_group  # noqa: E402  (after the path set-up)
 # faults that leave the culprit node able to take more demo jobs, so a long run does not run dry
 FAULT_MIX = ["software_bug", "cuda_oom", "nccl_watchdog", "gpu_fell_off_bus", "hbm3_double_bit_error"]
 SUBJECT_JOB = re.compile(r"\bjob (\S+?):")
@@ -204,11 +205,7 @@ def main() -> int:
         print(f"left for inspection: {work} (pitstop-up.log, home/pitstop.db, home/outbox)")
         return 0
     finally:
-        os.killpg(up.pid, signal.SIGTERM)
-        try:
-            up.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(up.pid, signal.SIGKILL)
+        stop_process_group(up, grace_s=30)
         if server is not None:
             server.stop()
         mailbox.controller.stop()

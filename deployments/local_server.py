@@ -6,9 +6,7 @@ at it instead (README, "Triggers"); then `pitstop up` only serves the deployment
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -16,6 +14,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+from pitstop.processes import stop_process_group
 
 START_TIMEOUT_S = 120.0
 
@@ -32,17 +32,8 @@ class ServerHandle:
     log_path: Path | None = None
 
     def stop(self) -> None:
-        proc = self.process
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)  # its own session: the server and its workers
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
+        if self.process is not None:
+            stop_process_group(self.process, grace_s=20)  # its own session: server and workers
 
 
 def healthy(api_url: str, timeout_s: float = 2.0) -> bool:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from pitstop.processes import stop_process_group
 from tests.support.net import free_port
 
 START_TIMEOUT_S = 90.0
@@ -90,16 +90,7 @@ def start_prefect_server(base: Path) -> tuple[subprocess.Popen, PrefectServer]:
 
 
 def stop_prefect_server(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)  # its own session: only the server and its children
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=5)
+    stop_process_group(proc, grace_s=15)  # its own session: only the server and its children
 
 
 @pytest.fixture(scope="session")

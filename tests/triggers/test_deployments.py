@@ -8,7 +8,6 @@ on the demo cluster.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from pitstop.cluster.demo import DemoCluster
 from pitstop.config import Settings
 from pitstop.events.deliver import PrefectEventsClient, flush
 from pitstop.events.spool import Spool
+from pitstop.processes import stop_process_group
 from tests.triggers.conftest import PITSTOP_BIN, PrefectRest
 
 NO_SWEEP_CRON = "0 0 1 1 *"  # keep the scheduled sweep out of the way of this test
@@ -81,12 +81,7 @@ def served(warm_prefect, isolated_home: Path) -> Iterator[dict]:
         yield {"env": env, "rest": rest, "deployment": deployment, "log": log_path, "proc": proc,
                "since": time.time() - 1}
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        stop_process_group(proc, grace_s=30)
 
 
 def _wait_for_runs(rest: PrefectRest, deployment_id: str, job_id: str, timeout_s: float,

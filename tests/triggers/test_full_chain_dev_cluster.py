@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import time
 import uuid
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from pitstop.processes import stop_process_group
 from pitstop.store.tables import ActionRecord, Incident
 from tests.cluster.conftest import dev_cluster_env, slurm_cluster, sshd  # noqa: F401  (fixtures)
 from tests.flows.conftest import rows, wait_for, write_policy
@@ -116,12 +116,7 @@ def served_on_slurm(warm_prefect, slurm_cluster, sshd, mailbox, isolated_home: P
         time.sleep(1)  # the automation service picks up a new automation within a moment
         yield {"rest": rest, "deployment": deployment, "log": log_path, "api_url": warm_prefect.api_url}
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        stop_process_group(proc, grace_s=30)
 
 
 def test_xid79_job_end_drains_requeues_records_and_mails_through_hook_and_automation(

@@ -7,6 +7,9 @@ Throughput: the wall time of `pitstop run -- CHILD > /dev/null` over `CHILD | te
 run alternately, median of --reps, for two children printing --mb MiB:
   firehose  writes prebuilt 1 MiB blocks of log lines (the worst case: the consumer is the limit)
   logger    formats and writes line by line, like a training script's logger
+The CPU seconds of both pipelines are printed too: where the wrapper's extra work (a second full
+copy of the log, the classifier scanning it, Python start-up) needs more CPU than the machine has
+idle beside `tee`, that floor shows it.
 Start-up: time from launch until the child runs (the child prints its own start time), and the
 total wall time of `pitstop run -- true`, each against the bare command. Figures in ms.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shlex
 import shutil
 import statistics
@@ -43,11 +47,18 @@ for i in range(int(sys.argv[1]) * (1 << 20) // 64):
 """
 
 
-def wall(cmd: list[str], env: dict) -> float:
+def wall(cmd: list[str], env: dict, cpu: list[float] | None = None) -> float:
+    """Wall time of `cmd`; appends its CPU seconds (user + sys, all its processes) to `cpu`."""
+    os.sync()  # each run starts with no dirty pages of the one before writing back under it
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     with open(os.devnull, "wb") as devnull:
         subprocess.run(cmd, stdout=devnull, env=env, check=True)
-    return time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if cpu is not None:
+        cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return elapsed
 
 
 def throughput(name: str, script: str, mb: int, reps: int, scratch: Path, env: dict) -> tuple[float, float]:
@@ -56,19 +67,23 @@ def throughput(name: str, script: str, mb: int, reps: int, scratch: Path, env: d
     child = [sys.executable, str(script_file), str(mb)]
     tee_file = scratch / "tee.out"
     tee_cmd = ["bash", "-o", "pipefail", "-c", f"{shlex.join(child)} | tee {shlex.quote(str(tee_file))}"]
-    wrapped, teed, classify = [], [], []
+    wrapped, teed, classify, tee_cpu, wrapped_cpu = [], [], [], [], []
     for _ in range(reps):
-        teed.append(wall(tee_cmd, env))
+        teed.append(wall(tee_cmd, env, tee_cpu))
         tee_file.unlink()
-        wrapped.append(wall([PITSTOP, "run", "--quiet", "--", *child], env))
+        wrapped.append(wall([PITSTOP, "run", "--quiet", "--", *child], env, wrapped_cpu))
         classify.append(_classify_s(scratch / "home" / "runs"))
         shutil.rmtree(scratch / "home" / "runs", ignore_errors=True)
     w, t, c = statistics.median(wrapped), statistics.median(teed), statistics.median(classify)
     pumped = statistics.median(x - y for x, y in zip(wrapped, classify))
     print(f"{name:9s} {mb} MiB: pitstop run {w:6.2f}s  | tee {t:6.2f}s  ratio {w / t:.3f}  "
           f"(runs: {', '.join(f'{x:.2f}' for x in wrapped)} vs {', '.join(f'{x:.2f}' for x in teed)})")
-    print(f"{'':9s} of which classifying the whole log {c:.2f}s; without it {pumped:6.2f}s, "
-          f"ratio {pumped / t:.3f}")
+    print(f"{'':9s} after the child ended, finishing the classification took {c:.2f}s; "
+          f"without it {pumped:6.2f}s, ratio {pumped / t:.3f}")
+    wc, tc = statistics.median(wrapped_cpu), statistics.median(tee_cpu)
+    print(f"{'':9s} CPU seconds (child + consumer, user + sys): pitstop run {wc:.2f}  | tee {tc:.2f}  "
+          f"ratio {wc / tc:.2f}; on {os.cpu_count()} CPUs the wall ratio cannot be below "
+          f"~{wc / ((os.cpu_count() or 1) * t):.2f} (all CPUs busy)")
     return w, t
 
 

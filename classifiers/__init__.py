@@ -2,6 +2,9 @@
 
     classify_text(text, facts=None, kernel_text=None) -> Verdict
     classify_files(paths, facts=None, kernel_log=None) -> Verdict
+    scan_logs(paths, open_log=None) -> LogScan; classify_scanned(scan, facts) -> Verdict
+        the same in two steps, so logs can be scanned while a job still writes them (the
+        facts, such as the exit code, are known only at its end)
 
 All given sources (job logs, kernel log, scheduler facts) combine into ONE verdict. Files are read
 whole, in bounded windows, so a fatal Xid on line 1 of a 1 GB log still counts. `RULES` is the
@@ -12,9 +15,12 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import BinaryIO
+
+from pydantic import BaseModel
 
 from pitstop.models import SchedulerFacts, Verdict
 
@@ -30,7 +36,10 @@ __all__ = [
     "Rule",
     "ClassifyError",
     "classify_files",
+    "classify_scanned",
     "classify_text",
+    "LogScan",
+    "scan_logs",
     "hint_for",
     "rules_by_signature",
 ]
@@ -53,9 +62,23 @@ def _scan_text(text: str | bytes, source: str, engine: Engine) -> list[Hit]:
     return scan_stream(io.BytesIO(_as_bytes(text)), engine, RULES, source)
 
 
-def _scan_file(path: Path, source: str, engine: Engine) -> list[Hit]:
+# Opens one log for reading as a binary stream (the default: open(path, "rb", buffering=0)).
+OpenLog = Callable[[Path], BinaryIO]
+
+
+def _open_plain(path: Path) -> BinaryIO:
+    return open(path, "rb", buffering=0)
+
+
+class LogScan(BaseModel):
+    """Hits found in each source, before scheduler facts are weighed (`classify_scanned`)."""
+
+    sources: list[list[Hit]]
+
+
+def _scan_file(path: Path, source: str, engine: Engine, open_log: OpenLog = _open_plain) -> list[Hit]:
     try:
-        with open(path, "rb", buffering=0) as stream:
+        with open_log(path) as stream:
             return scan_stream(stream, engine, RULES, source)
     except IsADirectoryError as exc:
         raise ClassifyError(f"cannot classify {path}: it is a directory, not a log file") from exc
@@ -93,11 +116,32 @@ def classify_files(
 
     Raises ClassifyError when a file cannot be read, naming the file.
     """
+    scan = scan_logs([*paths, *([] if kernel_log is None else [kernel_log])], engine=engine,
+                     sources=[*map(str, paths), *([] if kernel_log is None else ["kernel"])])
+    return classify_scanned(scan, facts)
+
+
+def scan_logs(
+    paths: Sequence[Path | str],
+    *,
+    engine: str | None = None,
+    open_log: OpenLog | None = None,
+    sources: Sequence[str] | None = None,
+) -> LogScan:
+    """Scan every path whole (the slow part); `sources` names them in evidence (default: path).
+
+    `open_log` may return a stream that blocks for more data, e.g. a log still being written.
+    Raises ClassifyError when a file cannot be read, naming the file.
+    """
     eng = _engine(engine)
-    sources = [_scan_file(Path(p), str(p), eng) for p in paths]
-    if kernel_log is not None:
-        sources.append(_scan_file(Path(kernel_log), "kernel", eng))
-    return decide(candidates_from(sources, RULES, fact_hits(facts)))
+    names = list(sources) if sources is not None else [str(p) for p in paths]
+    opener = open_log or _open_plain
+    return LogScan(sources=[_scan_file(Path(p), name, eng, opener) for p, name in zip(paths, names)])
+
+
+def classify_scanned(scan: LogScan, facts: SchedulerFacts | None = None) -> Verdict:
+    """The verdict from scanned logs plus the scheduler facts."""
+    return decide(candidates_from(scan.sources, RULES, fact_hits(facts)))
 
 
 def hint_for(signature: str) -> str:

@@ -20,8 +20,9 @@ def classify_logs(paths: Sequence[Path], facts: SchedulerFacts, timeout_s: float
     return classify_in_child(WORKER_ARGV, paths, facts, timeout_s)
 
 
-def start_classifier():
-    """A classifier worker started now (while the job runs), called once the job has ended."""
+def start_classifier(follow: Sequence[Path] | None = None):
+    """A classifier worker started now (while the job runs), scanning `follow` as they grow;
+    called once the job has ended."""
     from pitstop.wrapper.classify_child import ClassifierProcess
 
-    return ClassifierProcess(WORKER_ARGV)
+    return ClassifierProcess(WORKER_ARGV, follow)

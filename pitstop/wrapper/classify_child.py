@@ -42,9 +42,13 @@ def request_json(paths: Sequence[Path], facts: SchedulerFacts) -> bytes:
 
 class ClassifierProcess:
     """A worker started while the job runs (its imports and rule compilation take ~1 s), then
-    given the logs once the job has ended. Callable as the wrapper's `Classify`."""
+    given the logs once the job has ended. Callable as the wrapper's `Classify`.
 
-    def __init__(self, argv: Sequence[str]) -> None:
+    With `follow`, the worker scans those logs while the job writes them (pitstop/wrapper/
+    follow.py); calling it with the same paths once they are closed finishes that scan.
+    """
+
+    def __init__(self, argv: Sequence[str], follow: Sequence[Path] | None = None) -> None:
         self.argv = list(argv)
         try:
             self.proc = subprocess.Popen(
@@ -63,12 +67,18 @@ class ClassifierProcess:
         ]
         for reader in self._readers:
             reader.start()
+        if follow:
+            try:
+                self.proc.stdin.write(json.dumps({"follow": [str(p) for p in follow]}).encode() + b"\n")
+                self.proc.stdin.flush()
+            except OSError:
+                pass  # it died already: the verdict request will say so
 
     def __call__(self, paths: Sequence[Path], facts: SchedulerFacts, timeout_s: float) -> Verdict:
         """The verdict over the complete `paths`, within `timeout_s` from now."""
         proc = self.proc
         try:
-            proc.stdin.write(request_json(paths, facts))
+            proc.stdin.write(request_json(paths, facts) + b"\n")
             proc.stdin.close()
         except OSError:
             pass  # it died already; its exit status and stderr say why

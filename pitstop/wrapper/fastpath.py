@@ -213,7 +213,11 @@ class _Preloader:
         try:
             from pitstop.cli.run_glue import start_classifier
 
-            self.classify = start_classifier()
+            # Same paths, same order as finish.classify_run asks about: the worker scans them
+            # while the job writes them, so the verdict does not wait for a whole re-read.
+            self.classify = start_classifier(
+                follow=[os.path.join(self.run_dir, name) for name in rundir.CLASSIFIED_LOGS]
+            )
         except Exception as exc:
             self.warnings.append(f"the classifier cannot be started: {exc}"[:400])
 

@@ -68,8 +68,7 @@ def classify_run(
             else None
         ),
     )
-    # stderr first: where both logs show a cause, the crash usually speaks there
-    logs = [outcome.run_dir / rundir.STDERR_LOG, outcome.run_dir / rundir.STDOUT_LOG]
+    logs = [outcome.run_dir / name for name in rundir.CLASSIFIED_LOGS]
     try:
         if classify is None:
             raise RuntimeError("no classifier is available")

@@ -14,6 +14,9 @@ METADATA = "metadata.json"
 STDOUT_LOG = "stdout.log"
 STDERR_LOG = "stderr.log"
 COMBINED_LOG = "combined.log"
+# The logs the classifier reads, in this order: where both show a cause, the crash usually
+# speaks on stderr.
+CLASSIFIED_LOGS = (STDERR_LOG, STDOUT_LOG)
 RESULT = "result.json"
 VERDICT = "verdict.json"
 NOTIFY = "notify.json"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
-from pitstop.wrapper.pump import OutputPump, Stream
+from pitstop.wrapper.pump import CombinedLog, CombinedWriter, Sink
 from tests.wrapper.conftest import PY
 
 LINE_RE = re.compile(rb"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z [OE][|+] ")
@@ -38,16 +39,30 @@ def test_all_256_byte_values(run_pitstop) -> None:
 
 
 def _pump_to_files(tmp_path: Path, chunks: list[bytes], line_cap: int = 64) -> bytes:
-    raw = os.open(tmp_path / "raw", os.O_WRONLY | os.O_CREAT)
     comb = os.open(tmp_path / "comb", os.O_WRONLY | os.O_CREAT)
-    pump = OutputPump([Stream(-1, b"O", None, raw), Stream(-1, b"E", None, None)], comb, line_cap=line_cap)
+    log = CombinedLog(Sink(comb, "combined.log"), line_cap=line_cap)
     for chunk in chunks:
-        stream = pump.streams[1] if chunk.startswith(b"ERR") else pump.streams[0]
-        pump.feed(stream, chunk)
-    pump._end_open_line()
-    os.close(raw), os.close(comb)
-    assert (tmp_path / "raw").read_bytes() == b"".join(c for c in chunks if not c.startswith(b"ERR"))
+        log.add(b"E" if chunk.startswith(b"ERR") else b"O", chunk, time.time())
+    log.close()
+    os.close(comb)
     return (tmp_path / "comb").read_bytes()
+
+
+def test_combined_writer_thread_keeps_read_order(tmp_path: Path) -> None:
+    # The pump hands chunks to the combined.log thread: order and line tags must survive the queue.
+    comb = os.open(tmp_path / "comb", os.O_WRONLY | os.O_CREAT)
+    writer = CombinedWriter(CombinedLog(Sink(comb, "combined.log")))
+    writer.start()
+    for i in range(2000):
+        writer.add(b"E" if i % 3 == 0 else b"O", b"line %d\n" % i, time.time())
+    writer.add(b"O", b"unfinished", time.time())
+    writer.end_line_of(b"O")
+    writer.finish()
+    os.close(comb)
+    lines = _strip((tmp_path / "comb").read_bytes())
+    assert lines[:2000] == [(b"E| " if i % 3 == 0 else b"O| ") + b"line %d" % i for i in range(2000)]
+    assert lines[2000:] == [b"O| unfinished"]
+    assert writer.error is None
 
 
 def _strip(combined: bytes) -> list[bytes]:

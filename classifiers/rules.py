@@ -8,7 +8,8 @@ Priority bands (keep new rows inside their band):
   100-95 gpu_hardware / gpu_memory      90 node_failure          85 host_oom
    86    network_fabric                 80 cuda_oom              75 storage_io
    72    environment                    70 numerical             60 nccl_timeout
-   56    time_limit (beats a preemption-worded requeue)  55 preempted  45 software_bug (specific)
+   56    time_limit   55 preempted (Slurm's words)   53 time-limit warning signal   52-45 requeue,
+         a launcher's "preempted", cancel   45 software_bug (specific)
    40    crash_signal (explicit)        30 generic exception     20 weak signals   5 success
 
 Adding a cause or signature: add one row here and one case in tests/classifiers/cases.py.
@@ -74,8 +75,6 @@ RULES: tuple[Rule, ...] = (
        "the scheduler lost the node: check slurmd/BMC on it; requeue the job"),
     _r("node-marked-dead", NO, 90, r"node[^\n]{0,120}(has been )?marked (as )?dead|node has (beem|been) marked as dead|its node has died",
        "a node left the cluster (heartbeats lost): check the node; requeue"),
-    _r("mpi-lost-daemon", NO, 89, r"(ORTE|PRTE) has lost communication with (a )?remote daemon",
-       "the launcher lost a node's daemon: check that node and the TCP link; requeue"),
     _r("mpi-peer-disconnected", NO, 88, r"MPI communication peer process has unexpectedly disconnected",
        "an MPI peer vanished: look at the peer host's logs; requeue"),
     _r("node-lost-orchestrator", NO, 88, r"NodeDiedError|NodeNotReady|node[^\n]{0,60} (is|became) NotReady|NodeLost|Node [^\n]{0,60}is unreachable",
@@ -96,6 +95,11 @@ RULES: tuple[Rule, ...] = (
        "NCCL reported an InfiniBand/RoCE problem: " + FABRIC),
     _r("nccl-socket-peer-closed", NF, 85, r"(NCCL WARN|socketProgress|ncclSocket|NCCL error)[^\n]{0,160}(Connection (reset|closed|refused|timed out)|closed by remote peer|Broken pipe|failed : |connection abort|No route to host|Network is unreachable|Operation timed out)",
        "NCCL socket transport broke: check the network path between the nodes (NCCL_SOCKET_IFNAME)"),
+    # Open MPI names the TCP link first ("usually due to either a failure of the TCP network
+    # connection to the node, or ... the daemon itself"); a dead node also shows NODE_FAIL (90).
+    _r("mpi-lost-daemon", NF, 84, r"(ORTE|PRTE) has lost communication with (a )?remote daemon",
+       "mpirun lost its TCP link to a node's daemon: check that node is up and the route to it "
+       "(firewall, interfaces: oob_tcp_if_include); requeue"),
     _r("nccl-connect-refused", NF, 84, r"NCCL INFO Call to connect returned Connection refused",
        "NCCL cannot connect to a peer: check interface (NCCL_SOCKET_IFNAME) and firewall"),
     _r("gloo-connection-lost", NF, 85, r"gloo[^\n]{0,160}(Connection (reset|closed) by peer|Broken pipe|Connection refused)",
@@ -215,8 +219,12 @@ RULES: tuple[Rule, ...] = (
        "fp16 gradient overflows: if the run died of them, lower LR or use bf16", confidence=0.45),
     _r("py-FloatingPointError", NU, 70, r"FloatingPointError", "floating point error: the run diverged", caseless=False),
     # --- Preemption and cancellation -------------------------------------------------------------
+    # Slurm's own words are upper case; a framework's lower-case guess is the weaker row below.
     _r("slurm-preempted", PR, 55, r"DUE TO PREEMPTION|\bPREEMPTED\b|[Pp]reempted to accommodate|reason: Preempted",
-       "the job was preempted: requeue it (it did nothing wrong)"),
+       "the job was preempted: requeue it (it did nothing wrong)", caseless=False),
+    _r("launcher-reports-preemption", PR, 50,
+       r"this job (is|was|has been) preempted|\bjob( [0-9._]+)? (was|has been) preempted|received (a )?preemption (notice|signal)",
+       "the launcher says the job was preempted: requeue it (if it was near its time limit, that is the cause)"),
     _r("spot-reclaimed", PR, 54, r"spot (instance |VM )?(interruption|termination|reclaim|eviction)|(instance|node|VM|machine) (was|has been|is being) (preempted|reclaimed)|compute\.instances\.preempted|terminated in response to (imminent )?node shutdown|Node is shutting|NodeShutdown|Evicted",
        "the node was reclaimed/evicted: requeue"),
     _r("slurm-requeued", PR, 52, r"DUE TO JOB REQUEUE",
@@ -230,6 +238,12 @@ RULES: tuple[Rule, ...] = (
        "the job hit its time limit: request more time or checkpoint more often"),
     _r("walltime-exceeded", TL, 56, r"walltime [0-9:]+ exceeded limit|TERM_RUNLIMIT|exceeded (its |the )?(job |maximum )?(time|wall ?clock|wall ?time|run ?time|run) limit|(wall ?clock|wall ?time|run ?time|time) limit (exceeded|reached)|due to (the )?(wall ?clock|wall ?time|time) limit|DeadlineExceeded|activeDeadlineSeconds",
        "the job hit its time limit: request more time or checkpoint more often"),
+    # SIGUSR1/2 reach a Slurm job only when it asked for them (`--signal=USR1@90`), as the warning
+    # before its time limit; a preemption says DUE TO PREEMPTION (55) instead, so that beats this.
+    _r("time-limit-warning-signal", TL, 53,
+       r"(caught|received|got|handling)( the)?( auto-requeue)? signal:? ?(SIG)?USR[12]\b|received SIGUSR[12]\b|\bSIGUSR[12]\b[^\n]{0,60}re-?queu|this job is timed-out",
+       "the job got its time-limit warning signal and stopped or requeued itself: request more time "
+       "or checkpoint more often"),
     # --- Software bugs ---------------------------------------------------------------------------
     _r("cuda-device-assert", SW, 47, r"device-side assert(ion)? triggered|Assertion `[^\n]{1,200}` failed",
        "a CUDA kernel assert fired (often labels/indices out of range): " + USER),

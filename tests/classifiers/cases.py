@@ -44,7 +44,7 @@ CASES: list[tuple[str, str, str]] = [
     # Node failure
     ("slurmstepd: error: *** JOB 4242 ON gpu017 CANCELLED AT 2024-03-01T10:00:00 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***", "node_failure", "slurm-node-fail"),
     ("The node with node id: 75b2eec8 and ip: 10.4.4.107 has been marked dead because the detector has missed too many heartbeats from it.", "node_failure", "node-marked-dead"),
-    ("PRTE has lost communication with a remote daemon.", "node_failure", "mpi-lost-daemon"),
+    ("PRTE has lost communication with a remote daemon.", "network_fabric", "mpi-lost-daemon"),
     ("An MPI communication peer process has unexpectedly disconnected.  This", "node_failure", "mpi-peer-disconnected"),
     ("Kernel panic - not syncing: Fatal exception in interrupt", "node_failure", "kernel-panic"),
     ("srun: error: Node gpu012 not responding, setting DOWN", "node_failure", "node-not-responding"),
@@ -140,11 +140,14 @@ CASES: list[tuple[str, str, str]] = [
     ("Warning  NodeShutdown  pod/trainer-worker-3  Pod was rejected as the node is shutting down.", "preempted", "spot-reclaimed"),
     ("worker-2 exited: its node has been reclaimed by the spot market", "preempted", "spot-reclaimed"),
     ("slurmstepd: error: *** JOB 608 ON gpu02 CANCELLED AT 2022-08-12T02:06:12 DUE TO JOB REQUEUE ***", "preempted", "slurm-requeued"),
+    ("[2024-05-02 10:11:12] job 881 was preempted by a higher-priority workload", "preempted", "launcher-reports-preemption"),
     ("slurmstepd: error: *** JOB 77 ON gpu01 CANCELLED AT 2024-01-01T00:00:00 ***", "preempted", "slurm-cancelled"),
     ("[WARNING] torch.distributed.elastic.agent.server.api: Received Signals.SIGTERM death signal, shutting down workers", "preempted", "sigterm-received"),
     # Time limit
     ("slurmstepd: error: *** JOB 608 ON gpu02 CANCELLED AT 2022-08-12T02:06:12 DUE TO TIME LIMIT ***", "time_limit", "slurm-time-limit"),
     ("=>> PBS: job killed: walltime 3605 exceeded limit 3600", "time_limit", "walltime-exceeded"),
+    ("Mon Nov  5 10:34:59 PST 2018: Job 31182239 received SIGUSR1, re-queueing", "time_limit", "time-limit-warning-signal"),
+    ("submitit WARNING (2024-03-01 02:06:11,453) - Caught signal SIGUSR2 on gpu01: this job is timed-out.", "time_limit", "time-limit-warning-signal"),
     # Software bugs
     ("/pytorch/aten/src/THCUNN/ClassNLLCriterion.cu:108: block: [0,0,0], thread: [8,0,0] Assertion `t >= 0 && t < n_classes` failed.", "software_bug", "cuda-device-assert"),
     ("RuntimeError: CUDA error: an illegal memory access was encountered", "software_bug", "cuda-illegal-memory-access"),

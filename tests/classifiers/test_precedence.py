@@ -100,3 +100,22 @@ def test_last_occurrence_is_found_across_windows(tmp_path) -> None:
             hits = scan_stream(stream, _engine(engine), RULES, "log", window_bytes=8192)
         hit = next(h for h in hits if h.signature == "no-space-left")
         assert (hit.line, hit.last_line) == (11, 29991), engine
+
+
+SUBMITIT_USR2 = "submitit WARNING (2024-03-01 02:06:11,453) - Caught signal SIGUSR2 on gpu01: this job is preempted."
+REQUEUE = "slurmstepd: error: *** JOB 608 ON gpu01 CANCELLED AT 2024-03-01T02:06:12 DUE TO JOB REQUEUE ***"
+PREEMPTION = "slurmstepd: error: *** JOB 608 ON gpu01 CANCELLED AT 2024-03-01T02:06:12 DUE TO PREEMPTION ***"
+
+
+def test_warning_signal_and_self_requeue_is_the_time_limit_whatever_the_launcher_guesses() -> None:
+    # Slurm sends SIGUSR1/2 only as the job's own --signal warning; a preemption says so itself.
+    verdict = classify_text(SUBMITIT_USR2 + "\n" + REQUEUE)
+    assert (verdict.cause, verdict.signature) == (Cause.TIME_LIMIT, "time-limit-warning-signal")
+    assert classify_text(SUBMITIT_USR2 + "\n" + PREEMPTION).cause is Cause.PREEMPTED
+    assert classify_text(REQUEUE).cause is Cause.PREEMPTED  # a bare requeue: this attempt was cancelled
+
+
+def test_lost_mpi_daemon_is_the_network_unless_the_scheduler_lost_the_node() -> None:
+    orte = "ORTE has lost communication with a remote daemon.\n\n  HNP daemon   : [[1,0],0] on node a01"
+    assert classify_text(orte).cause is Cause.NETWORK_FABRIC
+    assert classify_text(orte, SchedulerFacts(state="NODE_FAIL")).cause is Cause.NODE_FAILURE

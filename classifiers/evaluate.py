@@ -2,7 +2,10 @@
 
 Corpus rows: {"text": ..., "label": ...} or {"path": ..., "label": ...} (paths relative to the
 corpus file). Optional "state", "exit_code", "signal" and "kernel" fields become scheduler facts
-and kernel text; optional "accept": [causes] lists other causes that also count as right. `score()` is pure; `load_corpus()` and `evaluate_corpus()` do the reading.
+and kernel text; optional "accept": [causes] lists other causes that also count as right;
+"ambiguous": true marks rows where an expert could defend another label — the report scores them
+like any other row and also gives the figures without them, so a disputed label is visible, not
+hidden. `score()` is pure; `load_corpus()` and `evaluate_corpus()` do the reading.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class Example(BaseModel):
     facts: SchedulerFacts | None = None
     kernel: str | None = None
     accept: list[Cause] = Field(default_factory=list, description="other causes that count as right")
+    ambiguous: bool = False
 
 
 class CauseScore(BaseModel):
@@ -47,6 +51,7 @@ class Report(BaseModel):
     per_cause: list[CauseScore]
     confusion: dict[str, dict[str, int]] = Field(description="true label -> predicted -> count")
     mistakes: list[dict] = Field(default_factory=list)
+    unambiguous: Report | None = Field(None, description="the same metrics without rows marked ambiguous")
 
 
 def load_corpus(corpus: Path) -> list[Example]:
@@ -73,13 +78,22 @@ def load_corpus(corpus: Path) -> list[Example]:
                 id=str(row.get("id", number)), label=label, text=row.get("text"),
                 path=(corpus.parent / row["path"]) if "path" in row else None,
                 facts=facts, kernel=row.get("kernel"), accept=row.get("accept") or [],
+                ambiguous=bool(row.get("ambiguous", False)),
             )
         )
     return examples
 
 
-def score(pairs: Iterable[tuple[Cause, Cause]], ids: Sequence[str] | None = None) -> Report:
-    """Metrics from (true, predicted) pairs. Causes with neither support nor predictions are left out."""
+def score(
+    pairs: Iterable[tuple[Cause, Cause]],
+    ids: Sequence[str] | None = None,
+    ambiguous: Sequence[bool] | None = None,
+) -> Report:
+    """Metrics from (true, predicted) pairs. Causes with neither support nor predictions are left out.
+
+    With `ambiguous` flags (one per pair), mistakes say which rows were disputed and the report
+    carries a second, nested one computed without those rows.
+    """
     pairs = list(pairs)
     confusion: dict[str, Counter] = {}
     for truth, predicted in pairs:
@@ -96,9 +110,17 @@ def score(pairs: Iterable[tuple[Cause, Cause]], ids: Sequence[str] | None = None
         per_cause.append(CauseScore(cause=cause, precision=precision, recall=recall, f1=f1,
                                     support=support, predicted=predicted))
     labelled = [s for s in per_cause if s.support]
+    flags = list(ambiguous) if ambiguous is not None else [False] * len(pairs)
     mistakes = []
     if ids is not None:
-        mistakes = [{"id": i, "label": t.value, "predicted": p.value} for i, (t, p) in zip(ids, pairs) if t is not p]
+        mistakes = [
+            {"id": i, "label": t.value, "predicted": p.value, "ambiguous": a}
+            for i, (t, p), a in zip(ids, pairs, flags) if t is not p
+        ]
+    unambiguous = None
+    if any(flags):
+        kept = [(pair, i) for pair, i, a in zip(pairs, ids or [""] * len(pairs), flags) if not a]
+        unambiguous = score([pair for pair, _ in kept], [i for _, i in kept] if ids is not None else None)
     return Report(
         total=len(pairs),
         accuracy=sum(1 for t, p in pairs if t is p) / len(pairs) if pairs else 0.0,
@@ -106,6 +128,7 @@ def score(pairs: Iterable[tuple[Cause, Cause]], ids: Sequence[str] | None = None
         per_cause=per_cause,
         confusion={k: dict(v) for k, v in confusion.items()},
         mistakes=mistakes,
+        unambiguous=unambiguous,
     )
 
 
@@ -125,4 +148,4 @@ def evaluate_corpus(corpus: Path, engine: str | None = None) -> Report:
             pairs.append((truth, verdict.cause))
         except ClassifyError:
             pairs.append((ex.label, Cause.UNKNOWN))
-    return score(pairs, [ex.id for ex in examples])
+    return score(pairs, [ex.id for ex in examples], [ex.ambiguous for ex in examples])

@@ -52,15 +52,30 @@ def _print_report(report, as_json: bool) -> None:
                       str(s.support), str(s.predicted))
     console.print(table)
     console.print(f"macro-F1 {report.macro_f1:.3f}   accuracy {report.accuracy:.3f}")
+    if report.unambiguous is not None:
+        u = report.unambiguous
+        console.print(f"without the {report.total - u.total} rows marked ambiguous: "
+                      f"macro-F1 {u.macro_f1:.3f}   accuracy {u.accuracy:.3f}")
+    console.print(_confusion_table(report))
+    for m in report.mistakes:
+        flag = "  (ambiguous)" if m.get("ambiguous") else ""
+        console.print(f"  wrong: {m['id']}: {m['label']} -> {m['predicted']}{flag}", highlight=False)
+
+
+def _confusion_table(report):
+    """Rows are numbered and the columns carry the numbers, so 16 causes fit 80 columns."""
+    from rich.table import Table
+
     causes = [s.cause.value for s in report.per_cause]
-    matrix = Table(title="confusion (rows: true label, columns: predicted)")
-    matrix.add_column("true \\ pred")
-    for cause in causes:
-        matrix.add_column(cause[:8], justify="right")
-    for truth in causes:
+    matrix = Table(title="confusion (row: true, column: predicted)",
+                   box=None, padding=(0, 0, 0, 1), header_style="bold underline")
+    matrix.add_column("true label", no_wrap=True)
+    for number in range(1, len(causes) + 1):
+        matrix.add_column(str(number), justify="right", no_wrap=True)
+    for number, truth in enumerate(causes, start=1):
         row = report.confusion.get(truth, {})
-        matrix.add_row(truth, *[str(row.get(p, "")) or "." for p in causes])
-    console.print(matrix)
+        matrix.add_row(f"{number:>2} {truth}", *[str(row.get(p, "")) or "." for p in causes])
+    return matrix
 
 
 def classify(

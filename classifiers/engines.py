@@ -17,6 +17,7 @@ patterns never span lines, so every engine lands on the same line. Engines, fast
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections.abc import Sequence
@@ -243,21 +244,40 @@ def _load_cached_db(hyperscan, path):
         db = hyperscan.loadb(path.read_bytes(), mode=hyperscan.HS_MODE_BLOCK)
         db.scratch = hyperscan.Scratch(db)  # a deserialised database comes without scratch space
         db.scan(b"probe\n", match_event_handler=lambda *_: None)
-        return db
     except Exception:  # noqa: BLE001 - any cache problem means: compile instead
         return None
+    try:
+        os.utime(path)  # mark as recently used: eviction drops the least recently used
+    except OSError:
+        pass
+    return db
+
+
+CACHE_KEEP = 48  # databases kept on disk: several rule-table versions' worth (each has a few subsets)
+
+
+def _evict_old(root, keep: int = CACHE_KEEP) -> None:
+    """Drop the least recently used databases beyond `keep`: every rule edit makes new ones."""
+    try:
+        entries = sorted(root.glob("hyperscan-*"), key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:
+        return
+    for stale in entries[keep:]:
+        try:
+            stale.unlink()
+        except OSError:
+            pass  # already gone (a concurrent eviction) or not ours to remove
 
 
 def _store_db(hyperscan, db, path) -> None:
-    import os
-
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_bytes(hyperscan.dumpb(db))
         os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the whole new one
     except OSError:
-        pass  # read-only home etc.: the cache is only an optimisation
+        return  # read-only home etc.: the cache is only an optimisation
+    _evict_old(path.parent)
 
 
 ENGINE_NAMES = ("hyperscan", "re2", "re")

@@ -144,3 +144,28 @@ def test_corrupt_hyperscan_cache_falls_back_to_compiling(tmp_path: Path, monkeyp
     engine = HyperscanEngine(RULES)
     window = XID + b"loss nan\n"
     assert engine.first_matches(window) == first.first_matches(window) != {}
+
+
+def test_hyperscan_cache_keeps_the_recently_used_databases_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every rule edit compiles new databases; without eviction ~/.cache/pitstop grows for ever."""
+    pytest.importorskip("hyperscan")
+    import os
+
+    from classifiers import RULES
+    from classifiers.engines import CACHE_KEEP, HyperscanEngine
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    root = tmp_path / "pitstop"
+    root.mkdir()
+    for n in range(CACHE_KEEP + 10):  # databases of older rule tables, oldest first
+        old = root / f"hyperscan-old{n:03d}.db"
+        old.write_bytes(b"x")
+        os.utime(old, (1_000_000 + n, 1_000_000 + n))
+    HyperscanEngine(RULES)  # compiles the current table and stores it
+    left = {p.name for p in root.glob("hyperscan-*")}
+    assert len(left) == CACHE_KEEP
+    assert "hyperscan-old057.db" in left and "hyperscan-old000.db" not in left
+    assert any(not name.startswith("hyperscan-old") for name in left)  # the new one stays
+    again = HyperscanEngine(RULES)  # loads from cache: nothing new to store, nothing evicted
+    assert {p.name for p in root.glob("hyperscan-*")} == left
+    assert again.first_matches(XID) != {}

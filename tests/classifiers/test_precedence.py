@@ -115,7 +115,11 @@ def test_warning_signal_and_self_requeue_is_the_time_limit_whatever_the_launcher
     assert classify_text(REQUEUE).cause is Cause.PREEMPTED  # a bare requeue: this attempt was cancelled
 
 
-def test_lost_mpi_daemon_is_the_network_unless_the_scheduler_lost_the_node() -> None:
+def test_lost_mpi_daemon_is_the_node_unless_the_log_shows_the_fabric_failing() -> None:
+    # Real threads blame the node (rebooted, died) for a lost daemon more often than the link.
     orte = "ORTE has lost communication with a remote daemon.\n\n  HNP daemon   : [[1,0],0] on node a01"
-    assert classify_text(orte).cause is Cause.NETWORK_FABRIC
-    assert classify_text(orte, SchedulerFacts(state="NODE_FAIL")).cause is Cause.NODE_FAILURE
+    assert classify_text(orte).cause is Cause.NODE_FAILURE
+    older = "ORTE has lost communication with its daemon located on node:\n\n   hostname:  ip-10-0-0-7"
+    assert classify_text(older).signature == "mpi-lost-daemon"
+    ib = "gpu7:3468:3905 [4] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.0.0.2<54862> with status=12"
+    assert classify_text(ib + "\n" + orte).cause is Cause.NETWORK_FABRIC

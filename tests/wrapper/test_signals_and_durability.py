@@ -71,6 +71,9 @@ def test_log_survives_sigkill_of_the_wrapper(isolated_home: Path, tmp_path: Path
     run_dir = wait_for_run_dir(isolated_home)
     wait_for_text(run_dir / "stderr.log", b"error so far")
     wait_for_text(run_dir / "stdout.log", b"progress 2")
+    # combined.log is written by its own thread, a few chunks behind the raw logs (pump.py): a
+    # kill before it wrote them loses them by design. What it HAS written must survive.
+    wait_for_text(run_dir / "combined.log", b"E| error so far")
     proc.kill()
     proc.communicate(timeout=10)
     child = int(pid_file.read_text())

@@ -188,7 +188,7 @@ RULES: tuple[Rule, ...] = (
        "GPU memory exhausted: smaller batch, activation checkpointing, or more GPUs"),
     _r("tf-oom", CO, 80, r"OOM when allocating tensor|ResourceExhaustedError",
        "GPU memory exhausted (TensorFlow): smaller batch or model"),
-    _r("xla-oom", CO, 80, r"RESOURCE_EXHAUSTED: (Out of memory|Failed to allocate)|Out of memory while trying to allocate",
+    _r("xla-oom", CO, 80, r"RESOURCE_EXHAUSTED: (Out of memory|Failed to allocate|Attempting to (reserve|allocate))|Out of memory while trying to allocate",
        "accelerator memory exhausted (XLA/JAX): smaller batch or model"),
     _r("kv-cache-no-memory", CO, 79, r"No available memory for the cache blocks|# GPU blocks: 0\b|larger than the maximum number of tokens that can be stored in KV cache",
        "no GPU memory left for the KV cache: lower max_model_len or raise gpu_memory_utilization / use more GPUs"),
@@ -216,7 +216,7 @@ RULES: tuple[Rule, ...] = (
     # TensorFlow reports a checkpoint write on a full disk as "Resource exhausted: <path>.tempstate".
     _r("tf-checkpoint-write-exhausted", IO, 76, r"Resource exhausted: [^\n]{0,300}tempstate",
        "a checkpoint write failed (TensorFlow: usually a full disk or quota): free space, check quotas"),
-    _r("corrupt-checkpoint", IO, 66, r"failed finding central directory|PytorchStreamReader failed|unexpected EOF|file might be corrupted|truncated file|storage has wrong size",
+    _r("corrupt-checkpoint", IO, 66, r"failed finding central directory|PytorchStreamReader failed|unexpected EOF|file might be corrupted|truncated file|storage has wrong size|HeaderTooLarge|Error while deserializing header",
        "a checkpoint/data file is truncated or corrupt: check the writer and free space", confidence=0.7),
     # --- Environment -----------------------------------------------------------------------------
     _r("py-ModuleNotFoundError", EN, 72, r"ModuleNotFoundError|No module named",
@@ -247,7 +247,7 @@ RULES: tuple[Rule, ...] = (
     _r("loss-scale-collapse", NU, 70, r"loss scale already at minimum|cannot decrease scale anymore|Minimum loss scale reached",
        "fp16 loss scale collapsed (gradients overflow every step): lower LR or use bf16; do not requeue as-is"),
     # A skipped fp16 step is routine in healthy runs: it only names the cause over a bare traceback.
-    _r("grad-overflow", NU, 31, r"Gradient overflow|overflow detected, setting loss scale|reducing loss scale to|OVERFLOW! Rank [0-9]+ Skipping step",
+    _r("grad-overflow", NU, 31, r"Gradient overflow|overflow detected, setting loss scale|reducing loss scale to|OVERFLOW! (Rank [0-9]+ )?Skipping step",
        "fp16 gradient overflows: if the run died of them, lower LR or use bf16", confidence=0.45),
     _r("py-FloatingPointError", NU, 70, r"FloatingPointError", "floating point error: the run diverged", caseless=False),
     # --- Preemption and cancellation -------------------------------------------------------------
@@ -325,8 +325,11 @@ RULES: tuple[Rule, ...] = (
     _r("child-failed", CS, 20, r"ChildFailedError|terminated with signal|died with <Signals|exited with (signal|code)",
        "a worker process died: read the first failing rank's log", confidence=0.5),
     # --- Success ---------------------------------------------------------------------------------
-    _r("training-complete", OK, 5, r"'train_runtime': [0-9]|(program|training|job|run|script|process) (ended|finished|completed|exited) successfully|training (job )?(is )?(complete|completed|finished|done)\b|finished training|Saving final model|all done\b|(job|run) completed successfully|Engine run complete|End of run\b|EXIT_CODE=0\b|exited with (exit )?code 0\b|\*\*\*\*\* train metrics \*\*\*\*\*|Training finished",
+    _r("training-complete", OK, 5, r"'train_runtime': [0-9]|(program|training|job|run|script|process) (ended|finished|completed|exited) successfully|training (job )?(is )?(complete|completed|finished|done)\b|finished training|Saving final model|all done\b|(job|run) completed successfully|Engine run complete|End of run\b|EXIT_CODE=0\b|exited with (exit )?code 0\b|\*\*\*\*\* train metrics \*\*\*\*\*|Training finished|wandb: Synced [0-9]+ W&B file",
        "the job finished normally", confidence=0.7),
+    # Serving jobs: a benchmark that printed its summary, a server that came up and listens.
+    _r("serving-up", OK, 5, r"Serving Benchmark Result|Successful requests: +[1-9]|Starting vLLM server on|Application startup complete|The server is fired up and ready",
+       "the inference server started / the benchmark finished normally", confidence=0.6),
     # A log that shows training progress and nothing recognisable as a failure.
     _r("training-progress", OK, 3, r"\bepoch[ :=\[]*[0-9]+|\bloss[ :=]+[0-9]|\biteration[ :=]+[0-9]+|\bstep[ :=]+[0-9]+",
        "the log shows normal training progress and no failure", confidence=0.4),

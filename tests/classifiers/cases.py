@@ -111,6 +111,7 @@ CASES: list[tuple[str, str, str]] = [
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.78 GiB. GPU 0 has a total capacity of 31.47 GiB", "cuda_oom", "cuda-oom"),
     ("ResourceExhaustedError: OOM when allocating tensor with shape[25088,4096] and type float on /job:localhost/replica:0/task:0/device:GPU:0", "cuda_oom", "tf-oom"),
     ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 4770354232 bytes.", "cuda_oom", "xla-oom"),
+    ("E tensorflow/compiler/xla/xla_client/xla_util.cc:88]   (1) RESOURCE_EXHAUSTED: Attempting to reserve 6.48G at the bottom of memory. That was not possible.", "cuda_oom", "xla-oom"),
     ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Failed to allocate request for 2.99GiB (3206250496B) on device ordinal 0", "cuda_oom", "xla-oom"),
     ("E tensorflow/stream_executor/rocm/rocm_driver.cc:601] failed to allocate 7.35G (7889485824 bytes) from device: hipError_t(1002)", "cuda_oom", "cublas-alloc-failed"),
     ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.", "cuda_oom", "kv-cache-no-memory"),
@@ -128,6 +129,7 @@ CASES: list[tuple[str, str, str]] = [
     ("Message: The node was low on resource: ephemeral-storage. Container trainer was using 120Gi, which exceeds its request of 0.", "storage_io", "evicted-disk-pressure"),
     ("RuntimeError: [enforce fail at inline_container.cc:445] . PytorchStreamWriter failed writing file data/176: file write failed", "storage_io", "file-write-failed"),
     ("RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory", "storage_io", "corrupt-checkpoint"),
+    ("safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooLarge", "storage_io", "corrupt-checkpoint"),
     ("RuntimeError: storage has wrong size: expected 0 got 512", "storage_io", "corrupt-checkpoint"),
     ("W tensorflow/core/framework/op_kernel.cc:1158] Resource exhausted: /runs/a/model.ckpt-2000.data-00000-of-00001.tempstate13881274976169662731", "storage_io", "tf-checkpoint-write-exhausted"),
     # Environment
@@ -157,6 +159,7 @@ CASES: list[tuple[str, str, str]] = [
     ("epoch 0, total_step 90260, total loss is nan , inference loss is nan", "numerical", "loss-nan"),
     ("AssertionError: Rank 3: found NaN in local grad norm in backwards pass.", "numerical", "nan-detected"),
     ("Gradient overflow. Skipping step, loss scaler 0 reducing loss scale to 3.3e-257", "numerical", "grad-overflow"),
+    ("OVERFLOW! Skipping step. Attempted loss scale: 4294967296", "numerical", "grad-overflow"),
     ("Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.", "numerical", "loss-scale-collapse"),
     ("RuntimeError: Rank 0: found NaN in local forward loss calculation. Device: 0, node: gpu01", "numerical", "nan-detected"),
     ("ValueError: Encountered NaN in the loss at step 812", "numerical", "nan-detected"),
@@ -212,6 +215,9 @@ CASES: list[tuple[str, str, str]] = [
     ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:", "crash_signal", "child-failed"),
     # Success
     ("2021-04-01 13:27:49 Completed - Training job completed", "success", "training-complete"),
+    ("wandb: Synced 5 W&B file(s), 0 media file(s), 2 artifact file(s) and 0 other file(s)", "success", "training-complete"),
+    ("============ Serving Benchmark Result ============\nSuccessful requests:                     1000", "success", "serving-up"),
+    ("(APIServer pid=1) INFO 05-06 04:33:07 [api_server.py:602] Starting vLLM server on http://0.0.0.0:8000", "success", "serving-up"),
     ("wandb: Program ended successfully.", "success", "training-complete"),
     ("{'train_runtime': 11868.7058, 'train_samples_per_second': 69.022, 'train_loss': 0.2145603246986866, 'epoch': 240.0}", "success", "training-complete"),
     ("Epoch 15/20\n1213/1213 [======] - 0s - loss: 0.1979", "success", "training-progress"),

@@ -162,6 +162,9 @@ RULES: tuple[Rule, ...] = (
        "Slurm killed the job for exceeding its memory: request more --mem or reduce usage"),
     _r("memory-limit-exceeded", HO, 84, r"Exceeded (job|step) memory limit|low on resource: memory|memory limit exceeded|Memory limit reached",
        "the job went over its memory limit: request more --mem or reduce host memory use"),
+    # Other schedulers' own words for a memory-limit kill (LSF, PBS/Torque).
+    _r("scheduler-memory-limit", HO, 84, r"TERM_MEMLIMIT|job killed: (p|v)?mem [0-9]+[kmgt]?b exceeded limit",
+       "the scheduler killed the job for exceeding its memory limit: request more memory or reduce usage"),
     _r("ray-memory-monitor", HO, 85, r"node running low on memory|killed due to memory pressure|exceeds the memory usage threshold",
        "Ray's memory monitor killed workers (host RAM nearly full): fewer workers per node or more RAM"),
     _r("tf-host-oom", HO, 81, r"OOM when allocating tensor[^\n]{0,300}(device:CPU|by allocator cpu)",
@@ -254,6 +257,9 @@ RULES: tuple[Rule, ...] = (
     # Slurm's own words are upper case; a framework's lower-case guess is the weaker row below.
     _r("slurm-preempted", PR, 55, r"DUE TO PREEMPTION|\bPREEMPTED\b|[Pp]reempted to accommodate|reason: Preempted",
        "the job was preempted: requeue it (it did nothing wrong)", caseless=False),
+    # LSF's exit reason and Kubernetes' scheduler event name the preemption themselves.
+    _r("scheduler-preempted", PR, 55, r"TERM_PREEMPT|Preempted by [^\n ]+ on node|(pod|pods|workload|trial|replica)s? (was|were|has been|is being) preempted",
+       "the scheduler preempted the job for higher-priority work: requeue it (it did nothing wrong)"),
     _r("launcher-reports-preemption", PR, 50,
        r"this job (is|was|has been) preempted|\bjob( [0-9._]+)? (was|has been) preempted|received (a )?preemption (notice|signal)",
        "the launcher says the job was preempted: requeue it (if it was near its time limit, that is the cause)"),
@@ -269,6 +275,8 @@ RULES: tuple[Rule, ...] = (
        "the job was requeued (by the scheduler, an admin or its own launcher): it will run again"),
     _r("slurm-cancelled", PR, 45, r"\*\*\* (JOB|STEP) [0-9._+]+ ON [^\n]{0,80}CANCELLED AT",
        "the job was cancelled (by a user or admin): nothing to fix unless unexpected"),
+    _r("scheduler-killed-by-owner", PR, 45, r"TERM_OWNER|TERM_FORCE_OWNER|TERM_FORCE_ADMIN|job killed by owner",
+       "the job was killed by its owner or an admin (LSF): nothing to fix unless unexpected"),
     _r("sigterm-received", PR, 21, r"Received SIGTERM|SIGTERM death signal|received signal 15|Terminated by signal 15",
        "the job was asked to stop (SIGTERM): usually a cancel, preemption or time limit", confidence=0.5),
     # --- Time limit ------------------------------------------------------------------------------
@@ -278,7 +286,7 @@ RULES: tuple[Rule, ...] = (
        "the job used its whole time limit: request more time or checkpoint more often"),
     _r("slurm-state-timeout", TL, 56, r"JobState=TIMEOUT\b|State=TIMEOUT\b| TIMEOUT +[0-9]+:[0-9]+",
        "Slurm ended the job at its time limit: request more time or checkpoint more often", caseless=False),
-    _r("walltime-exceeded", TL, 56, r"walltime [0-9:]+ exceeded limit|TERM_RUNLIMIT|exceeded (its |the )?(job |maximum )?(time|wall ?clock|wall ?time|run ?time|run) limit|(wall ?clock|wall ?time|run ?time|time) limit (exceeded|reached)|due to (the )?(wall ?clock|wall ?time|time) limit|DeadlineExceeded|activeDeadlineSeconds",
+    _r("walltime-exceeded", TL, 56, r"walltime [0-9:]+ exceeded limit|TERM_RUNLIMIT|exceeded (its |the )?(job |maximum )?(time|wall ?clock|wall ?time|run ?time|run) limit|(wall ?clock|wall ?time|run ?time|time) limit (exceeded|reached)|due to (the )?(wall ?clock|wall ?time|time) limit|DeadlineExceeded|activeDeadlineSeconds|exceeded (hard|soft) wallclock|resource allocation expired",
        "the job hit its time limit: request more time or checkpoint more often"),
     # SIGUSR1/2 reach a Slurm job only when it asked for them (`--signal=USR1@90`), as the warning
     # before its time limit; a preemption says DUE TO PREEMPTION (55) instead, so that beats this.

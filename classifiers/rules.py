@@ -11,6 +11,8 @@ Priority bands (keep new rows inside their band):
    56    time_limit   55 preempted (Slurm's words)   53 time-limit warning signal   52-45 requeue,
          a launcher's "preempted", cancel   45 software_bug (specific)
    40    crash_signal (explicit)        30 generic exception     20 weak signals   5 success
+Deliberate exceptions: 91 a node's death that names a preemption beats the node failure it
+explains; 81 NCCL's /dev/shm set-up (environment) beats the DataLoader shm row (host_oom, 80).
 
 Adding a cause or signature: add one row here and one case in tests/classifiers/cases.py.
 """

@@ -324,3 +324,13 @@ def test_decision_round_trips_as_json() -> None:
                job=job(), nodes={"n1": idle("n1")}, incident_id=3)
     again = type(d).model_validate_json(d.model_dump_json())
     assert again.explain() == d.explain()
+
+
+@pytest.mark.parametrize("signature", ["slurm-cancelled", "slurm-state-cancelled", "scheduler-killed-by-owner"])
+def test_a_job_its_owner_cancelled_is_never_requeued(signature: str) -> None:
+    d = decide(verdict(Cause.PREEMPTED, signature), policy=POLICY, history=roomy_history(), mode=ACT,
+               now=NOW, incident_id=6, job=job(), nodes={"n1": idle("n1")})
+    assert kinds(d) == [ActionKind.NONE]
+    preempted = decide(verdict(Cause.PREEMPTED, "slurm-preempted"), policy=POLICY, history=roomy_history(),
+                       mode=ACT, now=NOW, incident_id=7, job=job(), nodes={"n1": idle("n1")})
+    assert ActionKind.REQUEUE in kinds(preempted)

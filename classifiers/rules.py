@@ -143,6 +143,10 @@ RULES: tuple[Rule, ...] = (
        "NCCL found no usable network interface: set NCCL_SOCKET_IFNAME to the node's real interface"),
     _r("nccl-shm-setup", EN, 81, r"NCCL WARN[^\n]{0,120}(shared memory segment|/dev/shm)",
        "NCCL cannot create its /dev/shm segments: give the container a bigger /dev/shm (--shm-size, --ipc=host)"),
+    # Two ranks on one GPU: the launcher's GPU mapping is wrong (NCCL then says "invalid usage").
+    _r("duplicate-gpu-per-rank", EN, 72, r"Duplicate GPU detected",
+       "two ranks share one GPU: fix the launcher's GPU mapping (CUDA_VISIBLE_DEVICES, --gpus-per-task, "
+       "torch.cuda.set_device(local_rank))"),
     _r("port-in-use", EN, 66, r"errno: 98 - Address already in use|\[Errno 98\] Address already in use|EADDRINUSE",
        "the rendezvous/master port is taken (another job or a leftover process): pick another MASTER_PORT"),
     _r("ssh-connect-failed", EN, 72, r"ssh: connect to host[^\n]{0,80}(Connection refused|No route to host|timed out)",
@@ -272,7 +276,7 @@ RULES: tuple[Rule, ...] = (
     _r("launcher-reports-preemption", PR, 50,
        r"this job (is|was|has been) preempted|\bjob( [0-9._]+)? (was|has been) preempted|received (a )?preemption (notice|signal)",
        "the launcher says the job was preempted: requeue it (if it was near its time limit, that is the cause)"),
-    _r("spot-reclaimed", PR, 54, r"spot (instance |VM )?(interruption|termination|reclaim|eviction)|(instance|node|VM|machine|cluster) (is|was|has been|is being) (preempted|reclaimed)|compute\.instances\.preempted|terminated in response to (imminent )?node shutdown|Node is shutting|NodeShutdown|Evicted",
+    _r("spot-reclaimed", PR, 54, r"spot (instance |VM )?(interruption|termination|reclaim|eviction)|(instance|node|VM|machine|cluster) (is|was|has been|is being) (preempted|reclaimed)|compute\.instances\.preempted|termination is imminent|terminated in response to (imminent )?node shutdown|Node is shutting|NodeShutdown|Evicted",
        "the node was reclaimed/evicted: requeue"),
     # A node's death explained as a preemption ("the actor's node was preempted") is the preemption.
     _r("node-preempted", PR, 91, r"(actor's|worker's|task's|its|this) node (was|has been) preempted",
@@ -314,7 +318,7 @@ RULES: tuple[Rule, ...] = (
     _r("py-{1}", SW, 45,
        r"\b(ZeroDivisionError|KeyError|IndexError|TypeError|ValueError|AttributeError|NameError|AssertionError|NotImplementedError|UnboundLocalError|RecursionError|FileNotFoundError|PermissionError|IsADirectoryError|JSONDecodeError|UnicodeDecodeError|SyntaxError|IndentationError|StopIteration|OverflowError|LookupError)\b(: |:$|$)",
        USER, caseless=False),
-    _r("nccl-invalid-usage", SW, 44, r"ncclInvalidUsage|NCCL error[^\n]{0,120}invalid usage|Duplicate GPU detected",
+    _r("nccl-invalid-usage", SW, 44, r"ncclInvalidUsage|NCCL error[^\n]{0,120}invalid usage",
        "NCCL was called wrongly (mismatched collectives, duplicate GPU per rank): " + USER),
     _r("shape-mismatch", SW, 44, r"size mismatch|shape mismatch|Expected all tensors to be on the same device|mat1 and mat2 shapes cannot be multiplied|must match the size of tensor",
        USER),
@@ -345,7 +349,7 @@ RULES: tuple[Rule, ...] = (
     _r("training-complete", OK, 5, r"'train_runtime': [0-9]|(program|training|job|run|script|process) (ended|finished|completed|exited) successfully|training (job )?(is )?(complete|completed|finished|done)\b|finished training|Saving final model|all done\b|(job|run) completed successfully|Engine run complete|End of run\b|EXIT_CODE=0\b|exited with (exit )?code 0\b|\*\*\*\*\* train metrics \*\*\*\*\*|Training finished|wandb: Synced [0-9]+ W&B file",
        "the job finished normally", confidence=0.7),
     # Serving jobs: a benchmark that printed its summary, a server that came up and listens.
-    _r("serving-up", OK, 5, r"Serving Benchmark Result|Successful requests: +[1-9]|Starting vLLM server on|Application startup complete|The server is fired up and ready",
+    _r("serving-up", OK, 5, r"Serving Benchmark Result|Benchmarking summary|Throughput: [0-9.]+ requests/s|Successful requests: +[1-9]|Starting vLLM server on|Application startup complete|The server is fired up and ready",
        "the inference server started / the benchmark finished normally", confidence=0.6),
     # A log that shows training progress and nothing recognisable as a failure.
     _r("training-progress", OK, 3, r"\bepoch[ :=\[]*[0-9]+|\bloss[ :=]+[0-9]|\biteration[ :=]+[0-9]+|\bstep[ :=]+[0-9]+",

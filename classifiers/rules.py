@@ -40,6 +40,7 @@ DRAIN = "drain the node and open a hardware ticket; requeue the job elsewhere"
 RESET = "drain the node, reset the GPU (or reboot); if it recurs, RMA the GPU"
 FABRIC = "check the node's IB/RoCE links and switch port (ibstat, counters); requeue elsewhere"
 USER = "user bug: send the job owner the evidence; do not requeue unchanged"
+MORE_TIME = "request more time or checkpoint more often"
 
 
 def _r(signature: str, cause: Cause, priority: int, pattern: str, hint: str, **kw) -> Rule:
@@ -288,25 +289,24 @@ RULES: tuple[Rule, ...] = (
        "the job was requeued (by the scheduler, an admin or its own launcher): it will run again"),
     _r("slurm-cancelled", PR, 45, r"\*\*\* (JOB|STEP) [0-9._+]+ ON [^\n]{0,80}CANCELLED AT",
        "the job was cancelled (by a user or admin): nothing to fix unless unexpected"),
-    _r("scheduler-killed-by-owner", PR, 45, r"TERM_OWNER|TERM_FORCE_OWNER|TERM_FORCE_ADMIN|job killed by owner",
+    _r("scheduler-owner-cancelled", PR, 45, r"TERM_OWNER|TERM_FORCE_OWNER|TERM_FORCE_ADMIN|job killed by owner",
        "the job was killed by its owner or an admin (LSF): nothing to fix unless unexpected"),
     _r("sigterm-received", PR, 21, r"Received SIGTERM|SIGTERM death signal|received signal 15|Terminated by signal 15",
        "the job was asked to stop (SIGTERM): usually a cancel, preemption or time limit", confidence=0.5),
     # --- Time limit ------------------------------------------------------------------------------
     _r("slurm-time-limit", TL, 56, r"DUE TO TIME LIMIT|TIME LIMIT \*\*\*|TIMEOUT\b[^\n]{0,40}(time limit|walltime)",
-       "the job hit its time limit: request more time or checkpoint more often"),
+       "the job hit its time limit: " + MORE_TIME),
     _r("submitit-timed-out", TL, 57, r"Job has timed out\. Ran [0-9]+ minutes",
-       "the job used its whole time limit: request more time or checkpoint more often"),
+       "the job used its whole time limit: " + MORE_TIME),
     _r("slurm-state-timeout", TL, 56, r"JobState=TIMEOUT\b|State=TIMEOUT\b| TIMEOUT +[0-9]+:[0-9]+",
-       "Slurm ended the job at its time limit: request more time or checkpoint more often", caseless=False),
+       "Slurm ended the job at its time limit: " + MORE_TIME, caseless=False),
     _r("walltime-exceeded", TL, 56, r"walltime [0-9:]+ exceeded limit|TERM_RUNLIMIT|exceeded (its |the )?(job |maximum )?(time|wall ?clock|wall ?time|run ?time|run) limit|(wall ?clock|wall ?time|run ?time|time) limit (exceeded|reached)|due to (the )?(wall ?clock|wall ?time|time) limit|DeadlineExceeded|activeDeadlineSeconds|exceeded (hard|soft) wallclock|resource allocation expired",
-       "the job hit its time limit: request more time or checkpoint more often"),
+       "the job hit its time limit: " + MORE_TIME),
     # SIGUSR1/2 reach a Slurm job only when it asked for them (`--signal=USR1@90`), as the warning
     # before its time limit; a preemption says DUE TO PREEMPTION (55) instead, so that beats this.
     _r("time-limit-warning-signal", TL, 53,
        r"(caught|received|got|handling)( the)?( auto-requeue)? signal:? ?(SIG)?USR[12]\b|received SIGUSR[12]\b|\bSIGUSR[12]\b[^\n]{0,60}re-?queu|this job is timed-out",
-       "the job got its time-limit warning signal and stopped or requeued itself: request more time "
-       "or checkpoint more often"),
+       "the job got its time-limit warning signal and stopped or requeued itself: " + MORE_TIME),
     # --- Software bugs ---------------------------------------------------------------------------
     _r("cuda-device-assert", SW, 47, r"device-side assert(ion)? triggered|Assertion `[^\n]{1,200}` failed",
        "a CUDA kernel assert fired (often labels/indices out of range): " + USER),

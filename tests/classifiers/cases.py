@@ -185,7 +185,7 @@ CASES: list[tuple[str, str, str]] = [
     ("[2024-05-02 10:11:12] job 881 was preempted by a higher-priority workload", "preempted", "launcher-reports-preemption"),
     ("TERM_PREEMPT: job killed after preemption.", "preempted", "scheduler-preempted"),
     ("  Normal   Preempted  12s   default-scheduler  Preempted by team-a/llm-pretrain-0 on node gpu-node-7", "preempted", "scheduler-preempted"),
-    ("TERM_OWNER: job killed by owner.", "preempted", "scheduler-killed-by-owner"),
+    ("TERM_OWNER: job killed by owner.", "preempted", "scheduler-owner-cancelled"),
     ("(TrainController pid=79312) \tthe actor's node was preempted: spot VM reclaimed", "preempted", "node-preempted"),
     ("(bert-qa pid=920210) I 05-04 00:52:46 controller.py:100] The cluster is preempted.", "preempted", "spot-reclaimed"),
     ("submitit INFO (2021-04-01 02:26:27,643) - Job has not timed out. Ran 61 minutes out of requested 120 minutes.", "preempted", "submitit-not-timed-out"),

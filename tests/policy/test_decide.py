@@ -326,7 +326,7 @@ def test_decision_round_trips_as_json() -> None:
     assert again.explain() == d.explain()
 
 
-@pytest.mark.parametrize("signature", ["slurm-cancelled", "slurm-state-cancelled", "scheduler-killed-by-owner"])
+@pytest.mark.parametrize("signature", ["slurm-cancelled", "slurm-state-cancelled", "scheduler-owner-cancelled"])
 def test_a_job_its_owner_cancelled_is_never_requeued(signature: str) -> None:
     d = decide(verdict(Cause.PREEMPTED, signature), policy=POLICY, history=roomy_history(), mode=ACT,
                now=NOW, incident_id=6, job=job(), nodes={"n1": idle("n1")})

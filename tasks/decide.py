@@ -9,7 +9,8 @@ from prefect.cache_policies import NO_CACHE
 
 from pitstop.cluster.base import ClusterError, JobRecord, NodeInfo
 from pitstop.models import Verdict
-from pitstop.policy.decide import Decision, decide
+from pitstop.policy.decide import Decision, PlannedAction, decide
+from pitstop.policy.escalation import NodeEnd, StepOutcome, extend_decision, next_rung_steps, node_end_states
 from pitstop.policy.model import policy_from_settings
 from tasks import journal
 from tasks.context import PipelineContext
@@ -66,3 +67,32 @@ def decide_remediation(
         decision.notes.append("the scheduler's node list was unreadable: partition limits not checked")
     journal.record_decision_effects(ctx, incident_id, decision)
     return decision
+
+
+def journal_outcomes(ctx: PipelineContext, incident_id: int) -> dict[int, StepOutcome]:
+    """The action journal as the escalation logic reads it."""
+    return {
+        e.seq: StepOutcome(state=e.state, passed=e.details.get("passed"), ticket_id=e.details.get("ticket_id"))
+        for e in journal.entries(ctx, incident_id)
+    }
+
+
+@task(name="escalate", cache_policy=NO_CACHE)
+def escalate_remediation(ctx: PipelineContext, incident_id: int, decision: Decision, job: JobRecord | None = None) -> list[PlannedAction]:
+    """The next ladder rung for every node the plan did not fix, appended to `decision` through
+    the same guards; [] when every node is back, ticketed, waiting for a human, or out of rungs."""
+    policy = policy_from_settings(ctx.settings)
+    steps = next_rung_steps(decision, policy, journal_outcomes(ctx, incident_id))
+    if not steps:
+        return []
+    nodes = sorted({s.target for s in steps})
+    verdict = Verdict(cause=decision.cause, signature=decision.signature, confidence=decision.confidence)
+    everything = cluster_nodes(ctx)
+    history = journal.load_history(ctx, incident_id, verdict, job, nodes, everything)
+    return extend_decision(decision, steps, policy=policy, history=history, mode=journal.mode_state(ctx),
+                           now=datetime.now(timezone.utc), job=job, nodes=node_view(everything, ctx, nodes),
+                           dry_run=ctx.dry_run)
+
+
+def end_states(ctx: PipelineContext, incident_id: int, decision: Decision) -> list[NodeEnd]:
+    return node_end_states(decision, policy_from_settings(ctx.settings), journal_outcomes(ctx, incident_id))

@@ -13,6 +13,7 @@ from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field
 
 from pitstop.cluster.base import HostStatus, JobRecord
+from pitstop.events.models import JobEnded
 from pitstop.models import NodeCheckReport, SchedulerFacts
 from tasks.context import PipelineContext
 
@@ -35,19 +36,26 @@ class JobEvidence(BaseModel):
     nodes: list[NodeEvidence] = Field(default_factory=list)
     problems: list[str] = Field(default_factory=list)
 
+    suspect_nodes: list[str] = Field(default_factory=list, description="nodes the logs name, most likely first")
+    attribution_notes: list[str] = Field(default_factory=list)
+
     @property
     def failing_nodes(self) -> list[str]:
         return [n.node for n in self.nodes if n.check is not None and n.check.overall == "FAIL"]
 
+    @property
+    def blamed_nodes(self) -> list[str]:
+        """Nodes the remediation acts on: failing node checks, then the suspects the logs name."""
+        return list(dict.fromkeys(self.failing_nodes + self.suspect_nodes))
 
-def facts_from_job(job: JobRecord, extra: dict | None = None) -> SchedulerFacts:
-    """The scheduler's view; event payload facts (e.g. from the epilog) fill what it lacks."""
-    extra = extra or {}
+
+def facts_from_job(job: JobRecord, event: JobEnded | None = None) -> SchedulerFacts:
+    """The scheduler's view; what the epilog saw (its event) fills what it lacks."""
     return SchedulerFacts(
-        state=job.state or extra.get("state"),
-        exit_code=job.exit_code if job.exit_code is not None else extra.get("exit_code"),
-        signal=job.signal if job.signal is not None else extra.get("signal"),
-        reason=job.reason or extra.get("reason"),
+        state=job.state or (event.state if event else None),
+        exit_code=job.exit_code if job.exit_code is not None else (event.exit_code if event else None),
+        signal=job.signal if job.signal is not None else (event.signal if event else None),
+        reason=job.reason or (event.scheduler_reason if event else None),
     )
 
 
@@ -58,7 +66,7 @@ def _kernel_text(stdout: str) -> str:
 
 
 @task(name="gather-evidence", cache_policy=NO_CACHE, retries=0)
-def gather_job_evidence(ctx: PipelineContext, job: JobRecord, incident_id: int, facts: dict | None) -> JobEvidence:
+def gather_job_evidence(ctx: PipelineContext, job: JobRecord, incident_id: int, event: JobEnded | None = None) -> JobEvidence:
     problems: list[str] = []
     log_paths: list[str] = []
     for raw in dict.fromkeys(p for p in (job.stdout_path, job.stderr_path) if p):
@@ -80,7 +88,7 @@ def gather_job_evidence(ctx: PipelineContext, job: JobRecord, incident_id: int, 
         kernel_log = str(path)
     return JobEvidence(
         job=job,
-        facts=facts_from_job(job, facts),
+        facts=facts_from_job(job, event),
         log_paths=log_paths,
         kernel_log=kernel_log,
         nodes=nodes,

@@ -26,6 +26,7 @@ from sqlalchemy import update
 from sqlmodel import select
 
 from pitstop.cluster.base import ClusterError, JobRecord, NodeInfo
+from pitstop.events.models import JobEnded
 from pitstop.models import Cause, Verdict
 from pitstop.policy.history import History
 from pitstop.policy.safety import ModeState, drain_owner
@@ -102,20 +103,16 @@ def _parse_time(value) -> datetime | None:
     return None
 
 
-def incident_end_time_of(facts: dict | None) -> datetime | None:
-    return _parse_time((facts or {}).get("end_time"))
-
-
-def incident_end_time(job: JobRecord, facts: dict | None) -> datetime | None:
+def incident_end_time(job: JobRecord, event: JobEnded | None) -> datetime | None:
     """The end time that names this failure. The event's own (from the epilog) wins: after
     Pitstop requeues the job, the scheduler shows the *next* run's times, and a duplicate
     delivery of the same event must still find the same incident."""
-    return _parse_time((facts or {}).get("end_time")) or job.end_time
+    return (event.end_time if event is not None else None) or job.end_time
 
 
-def open_job_incident(ctx: PipelineContext, job: JobRecord, facts: dict | None = None) -> IncidentHandle:
+def open_job_incident(ctx: PipelineContext, job: JobRecord, event: JobEnded | None = None) -> IncidentHandle:
     row, created = records.create_job_incident(
-        ctx.store, cluster=ctx.cluster_name, job_id=job.job_id, end_time=incident_end_time(job, facts),
+        ctx.store, cluster=ctx.cluster_name, job_id=job.job_id, end_time=incident_end_time(job, event),
         verdict=PENDING_VERDICT, nodes=job.nodes, flow_run_id=ctx.flow_run_id,
     )
     return _handle(row, created)

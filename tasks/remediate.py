@@ -21,12 +21,13 @@ from pitstop.policy.decide import Decision, PlannedAction
 from pitstop.policy.model import NODE_CHANGING, NODE_TARGETED, NOTIFYING, ActionKind
 from tasks import journal
 from tasks.act import ACT_TASKS, already_applied, intent_params
-from tasks.approval import wait_for_approval
+from tasks.approval import announcing, build_request, wait_for_approval
 from tasks.context import PipelineContext
 from tasks.message import ActionLine
 
 SAFE_TO_REDO = frozenset({ActionKind.DRAIN, ActionKind.DIAG, ActionKind.NONE})
 EXECUTED_STATES = frozenset({"done", "failed", "denied"})  # only execution/answers lead here
+MAX_ROUNDS = 8  # plan + escalations; every default ladder has at most four rungs
 
 
 class RemediationOutcome(BaseModel):
@@ -41,11 +42,24 @@ def carry_out(
     decision: Decision,
     ask_approval: Callable[[PlannedAction], None],
     rma: Callable[[PlannedAction, dict], "journal.TicketResult"],
+    escalate: Callable[[Decision], list[PlannedAction]] | None = None,
+    evidence: list | None = None,  # the verdict's Evidence for approval forms; None: the incident's record
 ) -> RemediationOutcome:
+    """Run the plan; then, while `escalate` finds a node whose rung did not fix it, journal the
+    next rung's steps (the decision is saved first, so a re-run after a crash keeps them) and
+    run those too. The ladder bounds the loop; MAX_ROUNDS guards against a policy bug."""
     outcome = RemediationOutcome(facts={"incident_id": incident_id})
+    asking = lambda action, key: build_request(ctx, incident_id, decision, action, key, evidence)  # noqa: E731
     journal.plan(ctx, incident_id, decision.actions)
-    for action in decision.actions:
-        outcome.lines.append(_one(ctx, incident_id, action, outcome, ask_approval, rma))
+    pending = list(decision.actions)
+    for _ in range(MAX_ROUNDS):
+        for action in pending:
+            outcome.lines.append(_one(ctx, incident_id, action, outcome, ask_approval, rma, asking))
+        pending = escalate(decision) if escalate is not None else []
+        if not pending:
+            break
+        journal.save_decision(ctx, incident_id, decision)
+        journal.plan(ctx, incident_id, pending)
     return outcome
 
 
@@ -60,7 +74,7 @@ def _finished_line(action: PlannedAction, row: journal.JournalEntry, outcome: Re
     return ActionLine(kind=action.kind.value, target=action.target, state=row.state, detail=why or "")
 
 
-def _one(ctx, incident_id, action: PlannedAction, outcome, ask_approval, rma) -> ActionLine:
+def _one(ctx, incident_id, action: PlannedAction, outcome, ask_approval, rma, asking=None) -> ActionLine:
     seq = action.seq
     row = journal.action_entry(ctx, incident_id, seq)
     line = ActionLine(kind=action.kind.value, target=action.target, state="")
@@ -102,10 +116,13 @@ def _one(ctx, incident_id, action: PlannedAction, outcome, ask_approval, rma) ->
         line.state, line.detail = "skipped", result
         return line
     if action.disposition == "ask" and row.state == "awaiting_approval":
-        ask_approval(action)
+        key = f"incident-{incident_id}-action-{seq}"
+        request = asking(action, key) if asking is not None else None  # what the form shows; its deadline
+        with announcing(request):  # the notification states the same deadline and links the paused run
+            ask_approval(action)
         outcome.approvals_asked += 1
         journal.set_status(ctx, incident_id, "awaiting_approval")  # what `pitstop incidents` shows meanwhile
-        answer = wait_for_approval(f"incident-{incident_id}-action-{seq}", ctx.settings.pipeline.approval_timeout_s)
+        answer = wait_for_approval(key, ctx.settings.pipeline.approval_timeout_s, request)
         journal.set_status(ctx, incident_id, "acting")
         journal.resolve_approval(ctx, incident_id, seq, answer.approved, answer.note)
         if not answer.approved:

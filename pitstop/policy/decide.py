@@ -61,6 +61,7 @@ class PlannedAction(BaseModel):
     diag_level: int | None = None
     job_changes: JobChanges | None = None
     after_diag_passes: bool = Field(default=False, description="resume only if the diag passed")
+    rung: int | None = Field(default=None, ge=0, description="0-based ladder rung this step is")
     needs_approval: bool = False
     approval_why: str = ""
     execute: bool = True
@@ -253,9 +254,24 @@ def decide(
         steps = [PlannedAction(seq=0, kind=ActionKind.NONE, target="-", target_type="people")]
     for i, s in enumerate(steps):
         s.seq = i
-    _apply_guards(policy, history, mode, now, job, nodes, steps, decision, dry_run)
+    apply_guards(policy, history, mode, now, job, nodes, steps, decision, dry_run)
     decision.actions = steps
     return decision
+
+
+def make_node_step(t: ActionTemplate, node: str, reason: str, rung: int | None = None) -> PlannedAction:
+    """One planned step aimed at a node (drain, reset, reboot, diag, resume, ticket)."""
+    kind = ActionKind(t.kind)
+    return PlannedAction(
+        seq=0,
+        rung=rung,
+        kind=kind,
+        target=node,
+        target_type="node",
+        reason=reason if kind in {ActionKind.DRAIN, ActionKind.REBOOT, ActionKind.GPU_RESET} else None,
+        diag_level=(t.level or 1) if kind is ActionKind.DIAG else None,
+        after_diag_passes=t.after_diag_passes if kind is ActionKind.RESUME else False,
+    )
 
 
 def _expand(
@@ -272,24 +288,15 @@ def _expand(
     reason = ownership_reason(verdict.cause, verdict.signature, decision.incident_id)
     steps: list[PlannedAction] = []
 
-    def node_step(t: ActionTemplate, n: str) -> PlannedAction:
-        kind = ActionKind(t.kind)
-        return PlannedAction(
-            seq=0,
-            kind=kind,
-            target=n,
-            target_type="node",
-            reason=reason if kind in {ActionKind.DRAIN, ActionKind.REBOOT, ActionKind.GPU_RESET} else None,
-            diag_level=(t.level or 1) if kind is ActionKind.DIAG else None,
-            after_diag_passes=t.after_diag_passes if kind is ActionKind.RESUME else False,
-        )
+    def node_step(t: ActionTemplate, n: str, rung: int | None = None) -> PlannedAction:
+        return make_node_step(t, n, reason, rung)
 
     for t in templates:
         if t.kind == ESCALATE:
             for n in acting:
                 pos = ladder_position(policy, rule.ladder, history.node_incidents.get(n, []), now)
                 decision.ladder[n] = pos
-                steps.append(node_step(policy.ladders[rule.ladder].rungs[pos.rung], n))
+                steps.append(node_step(policy.ladders[rule.ladder].rungs[pos.rung], n, pos.rung))
         elif t.kind in NODE_TARGETED:
             steps.extend(node_step(t, n) for n in acting)
         elif t.kind is ActionKind.REQUEUE:
@@ -336,6 +343,7 @@ def _dedupe(steps: list[PlannedAction]) -> list[PlannedAction]:
             if s.diag_level and (first.diag_level or 0) < s.diag_level:
                 first.diag_level = s.diag_level
             first.after_diag_passes = first.after_diag_passes or s.after_diag_passes
+            first.rung = first.rung if first.rung is not None else s.rung
             continue
         seen[key] = s
         out.append(s)
@@ -387,7 +395,7 @@ def _partitions_of(n: str, nodes: dict[str, NodeInfo], job: JobRecord | None) ->
     return []
 
 
-def _apply_guards(
+def apply_guards(
     policy: Policy,
     history: History,
     mode: ModeState,
@@ -397,11 +405,13 @@ def _apply_guards(
     steps: list[PlannedAction],
     decision: Decision,
     dry_run: bool,
+    drained_earlier: frozenset[str] = frozenset(),
 ) -> None:
+    """`drained_earlier`: nodes this incident's own plan drained before these steps (escalation)."""
     breakers = dict(history.open_breakers)  # grows as this decision trips breakers
     planned_drains: list[DrainRecord] = []
     drain_block: dict[str, tuple[Block, str]] = {}
-    drained_here: set[str] = set()
+    drained_here: set[str] = set(drained_earlier)
     hist = history.model_copy(update={"open_breakers": breakers})
 
     def block(s: PlannedAction, b: Block, why: str) -> None:

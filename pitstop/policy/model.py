@@ -8,6 +8,7 @@ escalation ladders, sticky/self-clearing faults and lemon thresholds. No I/O exc
 from __future__ import annotations
 
 import fnmatch
+import re
 from enum import StrEnum
 from importlib import resources
 from pathlib import Path
@@ -17,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pitstop.models import Cause
+from pitstop.node.xid import XID_CATALOG
 
 DEFAULT_POLICY_RESOURCE = "default_policy.yaml"
 
@@ -101,6 +103,7 @@ class Rule(_Strict):
         default=None, ge=0, description="requeue at most this many times for the same failure"
     )
     actions: list[ActionTemplate] = Field(min_length=1)
+    bucket: str | None = Field(default=None, description="set on rules made from `xid_buckets`")
 
     def matches(self, cause: Cause, signature: str) -> bool:
         if cause is not self.cause:
@@ -109,7 +112,8 @@ class Rule(_Strict):
 
     @property
     def rule_id(self) -> str:
-        return f"{self.cause.value}:{self.signature or '*'}"
+        base = f"{self.cause.value}:{self.signature or '*'}"
+        return f"{base} (NVIDIA {self.bucket})" if self.bucket else base
 
 
 class Ladder(_Strict):
@@ -137,6 +141,25 @@ class FaultClass(_Strict):
     occurrences: int = Field(default=1, ge=1, description="self-clearing: act at this many")
     window_minutes: float = Field(default=60.0, gt=0)
     diag_level: int = Field(default=3, ge=1, le=4, description="sticky: diag needed to resume")
+
+
+class XidBucketPlan(_Strict):
+    """The default remediation for one of NVIDIA's Xid resolution buckets (the Xid catalog's
+    immediate action, e.g. RESET_GPU). Applies to an `xid-N` signature that no rule names."""
+
+    description: str = ""
+    ladder: str | None = Field(default=None, description="name of the ladder `escalate` uses")
+    max_same_failures: int | None = Field(default=None, ge=0)
+    actions: list[ActionTemplate] = Field(min_length=1)
+    behaviour: FaultBehaviour | None = Field(default=None, description="sticky | self_clearing")
+    occurrences: int = Field(default=1, ge=1, description="self-clearing: act at this many")
+    window_minutes: float = Field(default=60.0, gt=0)
+    diag_level: int = Field(default=1, ge=1, le=4, description="sticky: diag needed to resume")
+
+
+# The catalog's bucket names, for validating a policy's `xid_buckets` keys.
+KNOWN_BUCKETS = frozenset(info.immediate for info in XID_CATALOG.values())
+_XID_SIGNATURE = re.compile(r"xid-([0-9]{1,4})")
 
 
 class BlastRadius(_Strict):
@@ -183,6 +206,13 @@ class Policy(_Strict):
     storm_guard: StormGuard = Field(default_factory=StormGuard)
     ladders: dict[str, Ladder] = Field(default_factory=dict)
     faults: list[FaultClass] = Field(default_factory=list)
+    xid_buckets: dict[str, XidBucketPlan] = Field(
+        default_factory=dict, description="NVIDIA resolution bucket -> default plan for its Xids"
+    )
+    handover_to: str = Field(
+        default="ops", min_length=1,
+        description="who owns a node Pitstop leaves drained with no pending step and no ticket",
+    )
     lemon: LemonThresholds = Field(default_factory=LemonThresholds)
     rules: list[Rule] = Field(min_length=1)
     fallback: list[ActionTemplate] = Field(
@@ -201,16 +231,51 @@ class Policy(_Strict):
                 raise ValueError(
                     f"rules[{i}] ({rule.rule_id}) names ladder {rule.ladder!r}; ladders: {known}"
                 )
+        for name, plan in self.xid_buckets.items():
+            if name not in KNOWN_BUCKETS:
+                raise ValueError(
+                    f"xid_buckets.{name}: not a resolution bucket of NVIDIA's Xid catalog; "
+                    f"known: {', '.join(sorted(KNOWN_BUCKETS))}"
+                )
+            if any(a.kind == ESCALATE for a in plan.actions) and plan.ladder is None:
+                raise ValueError(f"xid_buckets.{name} uses 'escalate' but names no ladder")
+            if plan.ladder is not None and plan.ladder not in self.ladders:
+                raise ValueError(f"xid_buckets.{name} names ladder {plan.ladder!r}, which is not defined")
         return self
 
+    def bucket_for(self, signature: str) -> tuple[str, XidBucketPlan] | None:
+        """NVIDIA's bucket for an `xid-N` signature, when this policy has a plan for it."""
+        m = _XID_SIGNATURE.fullmatch(signature)
+        info = XID_CATALOG.get(int(m.group(1))) if m else None
+        if info is None or info.immediate not in self.xid_buckets:
+            return None
+        return info.immediate, self.xid_buckets[info.immediate]
+
     def rule_for(self, cause: Cause, signature: str) -> Rule | None:
-        """First matching rule in file order: put specific signatures before the catch-all."""
+        """A rule naming the signature (first in file order), else the Xid's NVIDIA bucket plan,
+        else the cause's catch-all rule: a specific rule always beats a catch-all."""
+        specific = next((r for r in self.rules if r.signature is not None and r.matches(cause, signature)), None)
+        if specific is not None:
+            return specific
+        bucket = self.bucket_for(signature)
+        if bucket is not None:
+            name, plan = bucket
+            return Rule(cause=cause, signature=signature, description=plan.description or f"NVIDIA {name}",
+                        ladder=plan.ladder, max_same_failures=plan.max_same_failures,
+                        actions=plan.actions, bucket=name)
         return next((r for r in self.rules if r.matches(cause, signature)), None)
 
     def fault_for(self, signature: str) -> FaultClass | None:
-        return next(
-            (f for f in self.faults if fnmatch.fnmatchcase(signature, f.signature)), None
-        )
+        """A `faults` row matching the signature, else the Xid bucket's behaviour."""
+        explicit = next((f for f in self.faults if fnmatch.fnmatchcase(signature, f.signature)), None)
+        if explicit is not None:
+            return explicit
+        bucket = self.bucket_for(signature)
+        if bucket is None or bucket[1].behaviour is None:
+            return None
+        plan = bucket[1]
+        return FaultClass(signature=signature, behaviour=plan.behaviour, occurrences=plan.occurrences,
+                          window_minutes=plan.window_minutes, diag_level=plan.diag_level)
 
     def uncovered_causes(self) -> list[Cause]:
         """Causes with no catch-all rule (they would fall back to `fallback`)."""

@@ -161,8 +161,8 @@ def test_storm_guard_three_of_four_with_50_percent_limit() -> None:
     assert list(breakers) == ["partition:gpu"]
     assert d.needs_approval and drain.blocked_by is Block.BREAKER_OPEN
     assert any("BREAKER OPENED partition:gpu" in line for line in d.explain())
-    gpu_reset = next(a for a in d.actions if a.kind is ActionKind.GPU_RESET)
-    assert gpu_reset.disposition == "ask"  # nothing else happens to n3 without a human
+    reboot = next(a for a in d.actions if a.kind is ActionKind.REBOOT)  # Xid 79: NVIDIA RESTART_BM
+    assert reboot.disposition == "ask"  # nothing else happens to n3 without a human
     # Later faults drain nothing automatically while the breaker stays open, even hours later.
     hist = History(partitions={"gpu": PartitionState(name="gpu", size=4, healthy=2)}, cluster_size=4,
                    open_breakers=breakers)
@@ -227,23 +227,24 @@ def test_resume_of_a_node_nobody_drained_is_refused() -> None:
     assert d.actions[0].blocked_by is Block.NOT_OWNED
 
 
-def test_second_xid79_in_window_moves_up_the_ladder() -> None:
-    first = decide(verdict(Cause.GPU_HARDWARE), policy=POLICY, history=roomy_history(), mode=ACT, now=NOW,
+def test_second_xid95_in_window_moves_up_the_ladder() -> None:
+    v95 = verdict(Cause.GPU_HARDWARE, "xid-95")  # NVIDIA RESET_GPU: the reset_gpu ladder
+    first = decide(v95, policy=POLICY, history=roomy_history(), mode=ACT, now=NOW,
                    node="n1", nodes={"n1": idle("n1")})
     assert first.ladder["n1"].rung == 0 and ActionKind.GPU_RESET in kinds(first)
-    past = [PastIncident(id=1, at=NOW - timedelta(hours=3), cause=Cause.GPU_HARDWARE, signature="xid-79", nodes=["n1"])]
+    past = [PastIncident(id=1, at=NOW - timedelta(hours=3), cause=Cause.GPU_HARDWARE, signature="xid-95", nodes=["n1"])]
     hist = roomy_history().model_copy(update={"node_incidents": {"n1": past}})
-    second = decide(verdict(Cause.GPU_HARDWARE), policy=POLICY, history=hist, mode=ACT, now=NOW,
+    second = decide(v95, policy=POLICY, history=hist, mode=ACT, now=NOW,
                     node="n1", nodes={"n1": idle("n1")})
     assert second.ladder["n1"].rung == 1 and ActionKind.REBOOT in kinds(second)
     assert ActionKind.GPU_RESET not in kinds(second)
     assert any("reset_gpu rung 2/4 (reboot)" in line for line in second.explain())
     # Outside the window the ladder starts again; at the top it stays there with no resume.
     old = [p.model_copy(update={"at": NOW - timedelta(days=10)}) for p in past]
-    assert decide(verdict(Cause.GPU_HARDWARE), policy=POLICY, history=History(node_incidents={"n1": old}),
+    assert decide(v95, policy=POLICY, history=History(node_incidents={"n1": old}),
                   mode=ACT, now=NOW, node="n1").ladder["n1"].rung == 0
     many = past * 5
-    top = decide(verdict(Cause.GPU_HARDWARE), policy=POLICY, history=History(node_incidents={"n1": many}),
+    top = decide(v95, policy=POLICY, history=History(node_incidents={"n1": many}),
                  mode=ACT, now=NOW, node="n1")
     assert top.ladder["n1"].rung == 3
     assert ActionKind.RMA_TICKET in kinds(top) and ActionKind.RESUME not in kinds(top)

@@ -22,8 +22,11 @@ def test_default_policy_is_package_data_and_complete() -> None:
     assert p.fault_for("xid-79").behaviour is FaultBehaviour.STICKY
     assert p.fault_for("xid-94").behaviour is FaultBehaviour.SELF_CLEARING
     assert p.fault_for("xid-31").occurrences == 3
-    assert p.rule_for(Cause.GPU_HARDWARE, "xid-95").signature == "xid-9[45]"
-    assert p.rule_for(Cause.GPU_HARDWARE, "xid-79").signature is None
+    # Xids without a rule of their own get their NVIDIA bucket's plan; a rule naming one wins.
+    assert p.rule_for(Cause.GPU_HARDWARE, "xid-95").bucket == "RESET_GPU"
+    assert p.rule_for(Cause.GPU_HARDWARE, "xid-79").ladder == "reboot"
+    assert p.rule_for(Cause.GPU_MEMORY, "xid-64").bucket is None and p.rule_for(Cause.GPU_MEMORY, "xid-64").ladder == "hardware"
+    assert p.rule_for(Cause.GPU_HARDWARE, "xid-999").signature is None  # not in the catalog: catch-all
 
 
 def test_short_forms_in_yaml() -> None:

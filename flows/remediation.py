@@ -1,0 +1,89 @@
+"""The one remediation routine both incident flows share: verdict -> decision -> actions (with
+escalation inside the incident) -> notification -> records.
+
+`post_failure` and `node_alarm` differ only in how they open the incident and gather evidence;
+from the verdict on, they run this.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from pitstop.cluster.base import JobRecord
+from pitstop.models import Verdict
+from tasks import journal
+from tasks.decide import decide_remediation, end_states, escalate_remediation
+from tasks.message import ActionLine, IncidentSummary
+from tasks.notify import notify_incident
+from tasks.remediate import carry_out
+from tasks.tickets import open_rma_ticket
+
+
+class FlowReport(BaseModel):
+    """What a remediation flow run returns (also what `pitstop demo` prints)."""
+
+    incident_id: int | None = None
+    subject: str
+    status: str = Field(description="done | duplicate | busy | failed")
+    verdict: Verdict | None = None
+    actions: list[ActionLine] = Field(default_factory=list)
+    explain: list[str] = Field(default_factory=list)
+    notified: list[str] = Field(default_factory=list)
+    flow_run_url: str | None = None
+
+
+class IncidentSubject(BaseModel):
+    """What the incident is about, as both flows know it."""
+
+    kind: str = Field(description="job | node")
+    name: str = Field(description="job id or node name")
+    job: JobRecord | None = None
+    node: str | None = None
+    nodes: list[str] = Field(default_factory=list)
+    user: str | None = None
+    faulty_nodes: list[str] | None = Field(default=None, description="nodes the evidence blames")
+    tell_user: bool = True
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} {self.name}"
+
+
+def remediate(ctx, incident_id: int, subject: IncidentSubject, verdict: Verdict, *,
+              problems: list[str], ticket_evidence: dict, extra_notes: list[str] | None = None) -> FlowReport:
+    from pitstop.policy.decide import Decision
+
+    journal.save_verdict(ctx, incident_id, verdict)
+    saved = journal.incident_decision(ctx, incident_id)
+    if saved is not None:
+        decision = Decision.model_validate(saved)  # a re-run keeps the first run's plan
+    else:
+        decision = decide_remediation(ctx, incident_id, verdict, job=subject.job, node=subject.node,
+                                      faulty_nodes=subject.faulty_nodes)
+        decision.notes.extend(extra_notes or [])
+        journal.save_decision(ctx, incident_id, decision)
+
+    def summary(lines, waiting=None, ends: list[str] | None = None) -> IncidentSummary:
+        return IncidentSummary(
+            incident_id=incident_id, subject_kind=subject.kind, subject=subject.name, cluster=ctx.cluster_name,
+            mode=decision.mode, dry_run=decision.dry_run, verdict=verdict, user=subject.user,
+            nodes=subject.nodes, actions=lines, explain=decision.explain() + (ends or []), problems=problems,
+            flow_run_url=ctx.flow_run_url, awaiting_approval=waiting,
+        )
+
+    outcome = carry_out(
+        ctx, incident_id, decision,
+        lambda action: notify_incident(ctx, summary([], waiting=action.describe()), to_user=False),
+        lambda action, facts: open_rma_ticket(ctx, incident_id, action, verdict, ticket_evidence, facts),
+        escalate=lambda d: escalate_remediation(ctx, incident_id, d, subject.job),
+    )
+    ends = [f"{e.node}: {e.detail}" for e in end_states(ctx, incident_id, decision)]
+    deliveries = notify_incident(ctx, summary(outcome.lines, ends=ends), to_user=subject.tell_user)
+    journal.finish_notifications(ctx, incident_id, deliveries)
+    journal.settle_notify_lines(outcome.lines, deliveries)
+    journal.set_status(ctx, incident_id, "done")
+    return FlowReport(
+        incident_id=incident_id, subject=subject.label, status="done", verdict=verdict,
+        actions=outcome.lines, explain=decision.explain() + ends,
+        notified=[f"{d.audience}: {d.status}" for d in deliveries], flow_run_url=ctx.flow_run_url,
+    )

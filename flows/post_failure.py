@@ -94,6 +94,6 @@ def _remediate(ctx, handle, job: JobRecord, event: JobEnded | None) -> FlowRepor
     evidence = gather_job_evidence(ctx, job, handle.id, event)
     verdict = classify_job(evidence)
     subject = IncidentSubject(kind="job", name=job.job_id, job=job, nodes=job.nodes, user=job.user,
-                              faulty_nodes=evidence.blamed_nodes or None)
-    return remediate(ctx, handle.id, subject, verdict, problems=evidence.problems,
-                     ticket_evidence=evidence.model_dump(mode="json"), extra_notes=evidence.attribution_notes)
+                              faulty_nodes=evidence.faulty_nodes or None, suspect_nodes=evidence.suspect_nodes)
+    return remediate(ctx, handle.id, subject, verdict, problems=evidence.problems + evidence.suspects.notes[:5],
+                     ticket_evidence=evidence.model_dump(mode="json"), extra_notes=evidence.attribution_notes())

@@ -41,7 +41,8 @@ class IncidentSubject(BaseModel):
     node: str | None = None
     nodes: list[str] = Field(default_factory=list)
     user: str | None = None
-    faulty_nodes: list[str] | None = Field(default=None, description="nodes the evidence blames")
+    faulty_nodes: list[str] | None = Field(default=None, description="nodes with hardware evidence: acted on")
+    suspect_nodes: list[str] = Field(default_factory=list, description="named by the logs only: excluded")
     tell_user: bool = True
 
     @property
@@ -59,7 +60,7 @@ def remediate(ctx, incident_id: int, subject: IncidentSubject, verdict: Verdict,
         decision = Decision.model_validate(saved)  # a re-run keeps the first run's plan
     else:
         decision = decide_remediation(ctx, incident_id, verdict, job=subject.job, node=subject.node,
-                                      faulty_nodes=subject.faulty_nodes)
+                                      faulty_nodes=subject.faulty_nodes, suspect_nodes=subject.suspect_nodes)
         decision.notes.extend(extra_notes or [])
         journal.save_decision(ctx, incident_id, decision)
 

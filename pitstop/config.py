@@ -194,6 +194,10 @@ class PipelineSettings(BaseModel):
         description="the quick node check run on nodes over SSH",
     )
     node_check_timeout_s: float = Field(default=60.0, gt=0)
+    flight_recorder_dirs: list[Path] = Field(
+        default_factory=list,
+        description="where jobs leave PyTorch NCCL flight-recorder dumps (besides the job's work dir)",
+    )
     sweep_batch_size: int = Field(default=32, ge=1, description="nodes per health_sweep task")
     sweep_parallel_batches: int = Field(default=4, ge=1, description="health_sweep batches checked at once")
     sweep_repeat_failures: int = Field(

@@ -46,6 +46,7 @@ def decide_remediation(
     job: JobRecord | None = None,
     node: str | None = None,
     faulty_nodes: list[str] | None = None,
+    suspect_nodes: list[str] | None = None,
 ) -> Decision:
     involved = sorted(set((job.nodes if job else []) + ([node] if node else []) + (faulty_nodes or [])))
     everything = cluster_nodes(ctx)
@@ -61,6 +62,7 @@ def decide_remediation(
         node=node,
         nodes=node_view(everything, ctx, involved),
         faulty_nodes=faulty_nodes,
+        suspect_nodes=suspect_nodes,
         dry_run=ctx.dry_run,
     )
     if not everything:

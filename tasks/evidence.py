@@ -12,6 +12,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field
 
+from classifiers.suspects import SuspectReport, discover_flight_recorder_dumps, find_suspects
 from pitstop.cluster.base import HostStatus, JobRecord
 from pitstop.events.models import JobEnded
 from pitstop.models import NodeCheckReport, SchedulerFacts
@@ -36,17 +37,31 @@ class JobEvidence(BaseModel):
     nodes: list[NodeEvidence] = Field(default_factory=list)
     problems: list[str] = Field(default_factory=list)
 
-    suspect_nodes: list[str] = Field(default_factory=list, description="nodes the logs name, most likely first")
-    attribution_notes: list[str] = Field(default_factory=list)
+    suspects: SuspectReport = Field(default_factory=SuspectReport, description="nodes the evidence singles out")
 
     @property
     def failing_nodes(self) -> list[str]:
         return [n.node for n in self.nodes if n.check is not None and n.check.overall == "FAIL"]
 
     @property
-    def blamed_nodes(self) -> list[str]:
-        """Nodes the remediation acts on: failing node checks, then the suspects the logs name."""
-        return list(dict.fromkeys(self.failing_nodes + self.suspect_nodes))
+    def faulty_nodes(self) -> list[str]:
+        """Nodes with hardware evidence of their own (failing check, Xid, link down): acted on."""
+        return list(dict.fromkeys(self.failing_nodes + self.suspects.hardware_nodes))
+
+    @property
+    def suspect_nodes(self) -> list[str]:
+        """Nodes only the job's logs single out (a lagging rank, a host in an NCCL error):
+        excluded from the requeue, never drained on that alone."""
+        faulty = set(self.faulty_nodes)
+        return [s.node for s in self.suspects.suspects if s.node not in faulty]
+
+    def attribution_notes(self) -> list[str]:
+        lines = []
+        for s in self.suspects.suspects:
+            kind = "hardware evidence" if s.hardware else "named by the job's logs"
+            first = s.evidence[0].text[:200] if s.evidence else ""
+            lines.append(f"suspect {s.node} ({kind}): {'; '.join(s.reasons[:3])}" + (f" | {first}" if first else ""))
+        return lines
 
 
 def facts_from_job(job: JobRecord, event: JobEnded | None = None) -> SchedulerFacts:
@@ -93,7 +108,19 @@ def gather_job_evidence(ctx: PipelineContext, job: JobRecord, incident_id: int, 
         kernel_log=kernel_log,
         nodes=nodes,
         problems=problems + [f"{n.node}: {p}" for n in nodes for p in n.problems],
+        suspects=job_suspects(ctx, job, log_paths, nodes),
     )
+
+
+def job_suspects(ctx: PipelineContext, job: JobRecord, log_paths: list[str], nodes: list[NodeEvidence]) -> SuspectReport:
+    """Which of a multi-node job's nodes the evidence names (a one-node job names its node)."""
+    if len(job.nodes) < 2:
+        return SuspectReport()
+    dirs = [Path(job.work_dir)] if job.work_dir else []
+    dirs += list(ctx.settings.pipeline.flight_recorder_dirs)
+    dumps = discover_flight_recorder_dumps([d for d in dirs if d.is_dir()])
+    kernel = {n.node: Path(n.kernel_log) for n in nodes if n.kernel_log and n.kernel_lines}
+    return find_suspects(job.nodes, log_paths=log_paths, kernel_logs=kernel, flight_recorder=dumps)
 
 
 def collect_node_evidence(ctx: PipelineContext, names: list[str], out_dir: Path) -> list[NodeEvidence]:

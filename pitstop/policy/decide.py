@@ -129,7 +129,8 @@ class Decision(BaseModel):
     dry_run: bool = False
     job_id: str | None = None
     node: str | None = None
-    faulty_nodes: list[str] = Field(default_factory=list)
+    faulty_nodes: list[str] = Field(default_factory=list, description="acted on (hardware evidence)")
+    suspect_nodes: list[str] = Field(default_factory=list, description="excluded from the requeue only")
     actions: list[PlannedAction] = Field(default_factory=list)
     ladder: dict[str, LadderPosition] = Field(default_factory=dict)
     damping: dict[str, Damping] = Field(default_factory=dict)
@@ -193,6 +194,7 @@ def decide(
     node: str | None = None,
     nodes: dict[str, NodeInfo] | None = None,
     faulty_nodes: list[str] | None = None,
+    suspect_nodes: list[str] | None = None,
     dry_run: bool = False,
 ) -> Decision:
     """Plan the remediation for one incident.
@@ -201,6 +203,8 @@ def decide(
     scheduler's current view of the nodes involved (for ownership and partitions).
     `faulty_nodes` are the nodes the evidence blames; by default the alarmed node, or a
     single-node job's node for node-level causes. Multi-node jobs without it drain nothing.
+    `suspect_nodes` are nodes only the job's logs single out: a requeue excludes them, but no
+    node action is taken on them.
     """
     nodes = nodes or {}
     rule = policy.rule_for(verdict.cause, verdict.signature)
@@ -220,7 +224,11 @@ def decide(
     )
     blamed = _faulty(verdict, job, node, faulty_nodes)
     needs_node = any(t.kind == ESCALATE or t.kind in NODE_TARGETED for t in templates)
-    if needs_node and not blamed:
+    if needs_node and not blamed and suspect_nodes:
+        decision.notes.append(
+            "no node has hardware evidence: the requeue excludes the suspects, nothing is drained"
+        )
+    elif needs_node and not blamed:
         decision.notes.append(
             "could not tell which node is at fault: no node action taken (ops should look)"
         )
@@ -236,6 +244,7 @@ def decide(
                 continue
         acting.append(n)
     decision.faulty_nodes = acting
+    decision.suspect_nodes = [n for n in dict.fromkeys(suspect_nodes or []) if n not in blamed]
 
     for n in acting:
         why = lemon_reasons(history.lemon_signals.get(n), policy.lemon)
@@ -304,7 +313,7 @@ def _expand(
                 continue
             exclude = list(job.excluded_nodes)
             if t.exclude_faulty_nodes:
-                exclude += [n for n in acting if n not in exclude]
+                exclude += [n for n in acting + decision.suspect_nodes if n not in exclude]
             limit = None
             if t.time_limit_factor and job.time_limit_min:
                 limit = int(job.time_limit_min * t.time_limit_factor)
@@ -422,7 +431,9 @@ def apply_guards(
             s.execute = False
 
     for s in steps:
-        if s.kind in policy.approval_required:
+        drained_reboot = (s.kind is ActionKind.REBOOT and policy.reboot_drained_without_approval
+                          and s.target in drained_here)
+        if s.kind in policy.approval_required and not drained_reboot:
             s.needs_approval = True
             s.approval_why = f"the policy asks a human before any {s.kind.value}"
         if s.target_type == "node":

@@ -97,38 +97,45 @@ def _merged_pairs(node: yaml.MappingNode) -> list[tuple[yaml.Node, yaml.Node]]:
     return own + merged
 
 
-def _child(node: yaml.Node, part: str | int, short_form: bool = False) -> yaml.Node | None:
-    """`node[part]`; with `short_form` (a mapping that is a list item, like an action), a field
-    missing from a one-key mapping is looked up in its value: `diag: {level: 3}`, `diag: 3`."""
+def _child(node: yaml.Node, part: str | int, short_form: bool = False) -> tuple[yaml.Node, yaml.Node] | None:
+    """(`node[part]`, the node whose line names it: the key of a mapping entry), or None.
+    With `short_form` (a mapping that is a list item, like an action), a field missing from a
+    one-key mapping is looked up in its value: `diag: {level: 3}`, `diag: 3`."""
     if isinstance(node, yaml.SequenceNode):
         if isinstance(part, int) and 0 <= part < len(node.value):
-            return node.value[part]
+            return node.value[part], node.value[part]
         return None
     if isinstance(node, yaml.MappingNode):
         pairs = _merged_pairs(node)
         for key, value in pairs:
             if isinstance(key, yaml.ScalarNode) and key.value == str(part):
-                return value
+                return value, key
         if short_form and len(pairs) == 1:
             value = pairs[0][1]
             if isinstance(value, yaml.ScalarNode):
-                return value
+                return value, value
             if isinstance(value, yaml.MappingNode):
                 return _child(value, part)
     return None
 
 
-def locate(root: yaml.Node | None, loc: Sequence[str | int]) -> tuple[yaml.Node | None, int]:
-    """The deepest node along `loc` that exists, and how many parts of `loc` it consumed."""
-    node, depth, parent = root, 0, None
+class Found(NamedTuple):
+    node: yaml.Node | None  # the deepest node along the location that exists
+    depth: int  # how many parts of the location it consumed
+    line: int | None  # 1-based line that names it (a mapping entry's key line)
+
+
+def locate(root: yaml.Node | None, loc: Sequence[str | int]) -> Found:
+    """The deepest node along `loc` that exists in the file: a missing field gives its parent."""
+    node, depth, parent, where = root, 0, None, root
     for part in loc:
         if node is None:
             break
         child = _child(node, part, short_form=isinstance(parent, yaml.SequenceNode))
         if child is None:
             break
-        parent, node, depth = node, child, depth + 1
-    return node, depth
+        parent, (node, where), depth = node, child, depth + 1
+    return Found(node, depth, node_line(where))
 
 
 # --- pydantic errors -----------------------------------------------------------------------
@@ -140,7 +147,7 @@ _PATH_PART = re.compile(r"\[(\d+)\]|\.?([A-Za-z_]\w*)")
 
 
 def _parse_path(path: str) -> Loc:
-    return tuple(int(i) if i is not None else name for i, name in _PATH_PART.findall(path))
+    return tuple(int(i) if i else name for i, name in _PATH_PART.findall(path))
 
 
 def _split_leading_path(message: str, root: yaml.Node | None) -> tuple[Loc, str]:
@@ -230,10 +237,10 @@ def issues_from_errors(
         message = _message(err, loc, model)
         if not loc:
             loc, message = _split_leading_path(message, root)
-        node, depth = locate(root, loc)
-        if depth < len(loc) and err.get("type") != "missing" and not isinstance(node, yaml.MappingNode):
+        found = locate(root, loc)
+        if found.depth < len(loc) and err.get("type") != "missing" and not isinstance(found.node, yaml.MappingNode):
             # Parts below a scalar are the model's own (the `kind` of a bare `- rebot`): the
             # operator wrote the scalar, so name that.
-            loc = loc[:depth]
-        issues.append(PolicyIssue(node_line(node if node is not None else root), loc, message))
+            loc = loc[: found.depth]
+        issues.append(PolicyIssue(found.line, loc, message))
     return sorted(issues, key=lambda i: (i.line is None, i.line or 0))

@@ -8,7 +8,9 @@ escalation ladders, sticky/self-clearing faults and lemon thresholds. No I/O exc
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
+from collections.abc import Sequence
 from enum import StrEnum
 from importlib import resources
 from pathlib import Path
@@ -17,8 +19,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from pitstop.files import open_regular, read_at_most
 from pitstop.models import Cause
 from pitstop.node.xid import XID_CATALOG
+from pitstop.policy.locate import PolicyIssue, issues_from_errors, load_with_nodes, node_line, yaml_problem
 
 DEFAULT_POLICY_RESOURCE = "default_policy.yaml"
 
@@ -201,6 +205,10 @@ class Policy(_Strict):
     approval_required: set[ActionKind] = Field(
         default_factory=lambda: {ActionKind.REBOOT, ActionKind.RMA_TICKET}
     )
+    reboot_drained_without_approval: bool = Field(
+        default=True,
+        description="a node this incident drained runs no new jobs: rebooting it needs no human",
+    )
     max_same_failures: int = Field(default=2, ge=0, description="default requeue limit")
     blast_radius: BlastRadius = Field(default_factory=BlastRadius)
     storm_guard: StormGuard = Field(default_factory=StormGuard)
@@ -283,54 +291,98 @@ class Policy(_Strict):
 
 
 class PolicyError(ValueError):
-    """A policy file that cannot be used; the message names the file and the field."""
+    """A policy that cannot be used. The message names the file and lists each problem with its
+    line and field; `issues` holds the same as data (PolicyIssue: line, loc, msg) for
+    `pitstop policy check` and the flows."""
+
+    def __init__(self, source: str, issues: Sequence[PolicyIssue], message: str | None = None) -> None:
+        self.source = source
+        self.issues = list(issues)
+        super().__init__(message or _describe(source, self.issues))
+
+    def __reduce__(self):  # picklable (Prefect serialises a failed task's exception)
+        return self.__class__, (self.source, self.issues, str(self))
 
 
-def _format_errors(source: str, exc: ValidationError) -> str:
+class PolicyUnreadable(PolicyError):
+    """The file itself cannot be read: missing, not a regular file, no permission."""
+
+
+MAX_LISTED_ISSUES = 20  # in the message; `issues` has them all
+
+
+def _describe(source: str, issues: Sequence[PolicyIssue]) -> str:
     lines = [f"invalid remediation policy {source}:"]
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        lines.append(f"  {loc}: {err['msg']}")
+    for issue in issues[:MAX_LISTED_ISSUES]:
+        where = f"line {issue.line}: " if issue.line is not None else ""
+        field = f"{issue.dotted}: " if issue.loc else ""
+        lines.append(f"  {where}{field}{issue.msg}")
+    if len(issues) > MAX_LISTED_ISSUES:
+        lines.append(f"  ... and {len(issues) - MAX_LISTED_ISSUES} more "
+                     f"(`pitstop policy check {source}` lists them all)")
     return "\n".join(lines)
 
 
+def _one(source: str, line: int | None, problem: str, message: str) -> PolicyError:
+    """A problem with the file as a whole (`problem` for the issue list, `message` as text)."""
+    return PolicyError(source, [PolicyIssue(line, (), problem)], message)
+
+
+# What a document that is not a mapping is, in words.
+_NOT_A_MAPPING = {type(None): "an empty document", list: "a list", str: "a plain string"}
+
+
 def parse_policy(text: str | bytes, source: str = "<text>") -> Policy:
-    """Parse YAML text into a Policy; every problem is a PolicyError naming `source`."""
+    """Parse YAML text into a Policy; every problem is a PolicyError naming `source`, with the
+    line and field of each (all validation errors at once)."""
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise PolicyError(f"policy {source} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+            line = text[: exc.start].count(b"\n") + 1
+            why = f"{exc.reason} at byte {exc.start}"
+            raise _one(source, line, f"not UTF-8 text ({why})",
+                       f"policy {source} is not UTF-8 text ({why}, line {line})") from None
     try:
-        data = yaml.safe_load(text)
+        data, root = load_with_nodes(text)
     except yaml.YAMLError as exc:
-        raise PolicyError(f"policy {source} is not valid YAML: {exc}") from None
+        line, why = yaml_problem(exc)
+        problem = f"not valid YAML: {why}"
+        raise _one(source, line, problem, f"policy {source} is {problem}" + (f" (line {line})" if line else "")) from None
     if not isinstance(data, dict):
-        raise PolicyError(
-            f"policy {source} must be a YAML mapping with at least 'rules', got {type(data).__name__}"
-        )
+        problem = f"must be a YAML mapping with at least 'rules', got {_NOT_A_MAPPING.get(type(data), type(data).__name__)}"
+        raise _one(source, node_line(root), problem, f"policy {source} {problem}")
     try:
         return Policy.model_validate(data)
     except ValidationError as exc:
-        raise PolicyError(_format_errors(source, exc)) from None
+        raise PolicyError(source, issues_from_errors(exc.errors(), root, Policy)) from None
 
 
 MAX_POLICY_BYTES = 1024 * 1024  # a policy is a page of YAML; anything huge is a mistake
 
 
 def load_policy(path: Path | str | None = None) -> Policy:
-    """Load the policy at `path`, or the built-in default when `path` is None."""
+    """Load the policy at `path`, or the built-in default when `path` is None.
+    PolicyUnreadable when the file cannot be read; PolicyError when it is not a valid policy."""
     if path is None:
         text = resources.files("pitstop.policy").joinpath(DEFAULT_POLICY_RESOURCE).read_bytes()
         return parse_policy(text, source="(built-in default)")
     path = Path(path).expanduser()
     try:
-        size = path.stat().st_size
-        if size > MAX_POLICY_BYTES:
-            raise PolicyError(f"policy {path} is {size} bytes; refusing more than {MAX_POLICY_BYTES}")
-        raw = path.read_bytes()
+        with open_regular(path) as stream:  # a FIFO or /dev/zero must not hang the loader
+            size = os.fstat(stream.fileno()).st_size
+            if size > MAX_POLICY_BYTES:
+                raise _one(str(path), None, f"too big: {size} bytes, the limit is {MAX_POLICY_BYTES}",
+                           f"policy {path} is {size} bytes; refusing more than {MAX_POLICY_BYTES}")
+            raw = read_at_most(stream, MAX_POLICY_BYTES + 1)
     except OSError as exc:
-        raise PolicyError(f"cannot read policy {path}: {exc.strerror or exc}") from None
+        raise PolicyUnreadable(
+            str(path), [PolicyIssue(None, (), f"cannot read: {exc.strerror or exc}")],
+            f"cannot read policy {path}: {exc.strerror or exc}",
+        ) from None
+    if len(raw) > MAX_POLICY_BYTES:  # it grew while being read
+        raise _one(str(path), None, f"too big: over {MAX_POLICY_BYTES} bytes",
+                   f"policy {path} grew past {MAX_POLICY_BYTES} bytes while read; refusing more than that")
     return parse_policy(raw, source=str(path))
 
 

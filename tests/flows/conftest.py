@@ -26,6 +26,9 @@ DEFAULT_POLICY = Path(__file__).resolve().parents[2] / "pitstop" / "policy" / "d
 def demo(isolated_home: Path, monkeypatch: pytest.MonkeyPatch) -> DemoCluster:
     monkeypatch.setenv("PITSTOP_CLUSTER", "demo")
     monkeypatch.setenv("PITSTOP_MODE", "act")
+    # An escalation that reaches a rung needing a human (the RMA ticket) must not hold a test for
+    # the default hour; tests about approvals set their own timeout and answer.
+    monkeypatch.setenv("PITSTOP_PIPELINE__APPROVAL_TIMEOUT_S", "2")
     return DemoCluster.create(isolated_home / "demo", nodes=8, seed=3)
 
 

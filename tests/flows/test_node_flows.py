@@ -17,7 +17,14 @@ def _journal(incident_id: int) -> dict[str, ActionRecord]:
     return {a.kind: a for a in rows(ActionRecord) if a.incident_id == incident_id}
 
 
-def test_node_alarm_on_a_dead_gpu_keeps_the_node_drained(prefect_server, demo, isolated_home):
+def _steps(incident_id: int) -> list[tuple[str, str]]:
+    return [(a.kind, a.state) for a in sorted(rows(ActionRecord), key=lambda a: a.seq) if a.incident_id == incident_id]
+
+
+def test_node_alarm_on_a_dead_gpu_escalates_within_the_incident_to_an_rma_ticket(prefect_server, demo, isolated_home):
+    """Xid 79 (NVIDIA RESTART_BM): drain, reboot, check; the GPU stays dead, so the same incident
+    climbs the ladder (DCGM level 3, then the RMA ticket, which asks a human). Nobody answers
+    within the test's 2 s: the node stays drained and is handed to ops, never resumed."""
     from flows.node_alarm import node_alarm
 
     [fault] = demo.inject_faults(1, kinds=["gpu_fell_off_bus"])
@@ -28,38 +35,40 @@ def test_node_alarm_on_a_dead_gpu_keeps_the_node_drained(prefect_server, demo, i
     assert any("Xid (PCI:" in e.text and e.source == "kernel" for e in report.verdict.evidence)
     info = demo.node(node)
     assert info.is_drained and "xid-79" in info.reason
-    acts = _journal(report.incident_id)
-    assert acts["drain"].state == "done"
-    assert acts["gpu_reset"].state == "failed" and "fallen off the bus" in acts["gpu_reset"].result
-    assert acts["diag"].state == "done" and "FAILED" in acts["diag"].result
-    # Not resuming a broken node is the right outcome, not a failure of Pitstop's.
-    assert acts["resume"].state == "skipped" and "kept" in acts["resume"].result
-    [body] = [n["body"] for n in outbox(isolated_home) if n["incident"] == report.incident_id]
+    assert _steps(report.incident_id) == [
+        ("drain", "done"), ("reboot", "done"), ("diag", "done"), ("resume", "skipped"), ("notify_ops", "done"),
+        ("diag", "done"), ("resume", "skipped"), ("rma_ticket", "denied"),
+    ]
+    diags = [a for a in rows(ActionRecord) if a.incident_id == report.incident_id and a.kind == "diag"]
+    assert ["-r 1" in d.result and "FAILED" in d.result for d in diags][0] and "-r 3" in diags[1].result
+    assert any("escalated within the incident" in line and "rma_ticket" in line for line in report.explain)
+    assert f"{node}: stays drained, handed to ops: rma_ticket was denied" in report.explain
+    [body] = [n["body"] for n in outbox(isolated_home) if n["incident"] == report.incident_id and "APPROVAL" not in n["subject"]]
     resume_line = next(line for line in body.splitlines() if line.strip().startswith(f"resume {node}"))
     state_word, _, detail = resume_line.partition(" - ")
     assert state_word.strip() == f"resume {node}: not done" and detail.startswith(f"kept {node} drained")
+    assert "handed to ops" in body
     [record] = [r for r in rows(NodeRecord) if r.name == node]
     assert record.drain_owner == "pitstop"
-    assert [(a.op, a.target) for a in demo.actions()] == [("drain", node)]
+    assert [(a.op, a.target) for a in demo.actions()] == [("drain", node), ("reboot", node)]
 
     again = node_alarm(node, "xid-79", {"key": "evt-1"})  # the same alarm event delivered twice
     assert again.status == "duplicate" and again.incident_id == report.incident_id
-    assert [(a.op, a.target) for a in demo.actions()] == [("drain", node)]
+    assert [(a.op, a.target) for a in demo.actions()] == [("drain", node), ("reboot", node)]
 
 
 def test_node_alarm_on_a_healthy_node_resumes_it_after_diagnostics(prefect_server, demo, monkeypatch):
     from flows.node_alarm import node_alarm
 
-    monkeypatch.setenv("PITSTOP_PIPELINE__APPROVAL_TIMEOUT_S", "1")  # the reboot rung asks; nobody answers
     report = node_alarm("gpu05", "prolog_failed", {"key": "prolog-job-77", "lines": ["xid check: FAIL (stale)"]})
 
     acts = _journal(report.incident_id)
     assert acts["drain"].state == "done"
-    assert acts["reboot"].state == "denied"
+    assert acts["reboot"].state == "done"  # gpu05 was drained by this incident: no question needed
     assert acts["diag"].state == "done" and "node check OK" in acts["diag"].result
     assert acts["resume"].state == "done"
     assert not demo.node("gpu05").is_drained
-    assert [(a.op, a.target) for a in demo.actions()] == [("drain", "gpu05"), ("resume", "gpu05")]
+    assert [(a.op, a.target) for a in demo.actions()] == [("drain", "gpu05"), ("reboot", "gpu05"), ("resume", "gpu05")]
 
 
 def _alarm_events(api_url: str, nodes: set[str]) -> list[dict]:

@@ -122,7 +122,20 @@ def test_approval_required_kinds_from_policy() -> None:
     d = decide(verdict(Cause.NODE_FAILURE), policy=POLICY, history=History(node_incidents={"n1": []}),
                mode=ACT, now=NOW, job=job(), nodes={"n1": idle("n1")})
     reboot = next(a for a in d.actions if a.kind is ActionKind.REBOOT)  # node ladder rung 1: reboot
+    # The plan drained n1 first: no job starts there, so the reboot needs nobody (policy default).
+    assert not reboot.needs_approval and reboot.disposition == "run"
+    strict = POLICY.model_copy(update={"reboot_drained_without_approval": False})
+    d = decide(verdict(Cause.NODE_FAILURE), policy=strict, history=History(node_incidents={"n1": []}),
+               mode=ACT, now=NOW, job=job(), nodes={"n1": idle("n1")})
+    reboot = next(a for a in d.actions if a.kind is ActionKind.REBOOT)
     assert reboot.needs_approval and reboot.disposition == "ask"
+    # A reboot the plan does not precede with a drain always asks.
+    no_drain = POLICY.model_copy(deep=True)
+    rule = no_drain.rule_for(Cause.NODE_FAILURE, "slurm-node-fail")
+    rule.actions = [a for a in rule.actions if a.kind is not ActionKind.DRAIN]
+    d = decide(verdict(Cause.NODE_FAILURE), policy=no_drain, history=History(node_incidents={"n1": []}),
+               mode=ACT, now=NOW, job=job(), nodes={"n1": idle("n1")})
+    assert next(a for a in d.actions if a.kind is ActionKind.REBOOT).disposition == "ask"
     d = decide(verdict(Cause.NODE_FAILURE), policy=POLICY, history=History(node_incidents={"n1": past}),
                mode=ACT, now=NOW, job=job(), nodes={"n1": idle("n1")})
     assert d.ladder["n1"].rung == 1 and ActionKind.REBOOT not in kinds(d)
@@ -335,3 +348,22 @@ def test_a_job_its_owner_cancelled_is_never_requeued(signature: str) -> None:
     preempted = decide(verdict(Cause.PREEMPTED, "slurm-preempted"), policy=POLICY, history=roomy_history(),
                        mode=ACT, now=NOW, incident_id=7, job=job(), nodes={"n1": idle("n1")})
     assert ActionKind.REQUEUE in kinds(preempted)
+
+
+def test_multi_node_job_drains_only_hardware_suspects_and_excludes_every_suspect() -> None:
+    four = job(nodes=("n1", "n2", "n3", "n4"))
+    infos = {n: idle(n) for n in four.nodes}
+    v = verdict(Cause.NETWORK_FABRIC, "ib-port-down")
+    # n2's kernel log shows the link down (hardware); n3 only lags in the flight recorder.
+    d = decide(v, policy=POLICY, history=roomy_history(), mode=ACT, now=NOW, incident_id=4, job=four,
+               nodes=infos, faulty_nodes=["n2"], suspect_nodes=["n3", "n2"])
+    assert [a.target for a in d.actions if a.kind is ActionKind.DRAIN] == ["n2"]
+    requeue = next(a for a in d.actions if a.kind is ActionKind.REQUEUE)
+    assert requeue.job_changes.exclude_nodes == ["n2", "n3"]
+    assert d.suspect_nodes == ["n3"] and d.faulty_nodes == ["n2"]
+    # Logs alone: the suspects are excluded, nothing is drained, and the decision says why.
+    d = decide(v, policy=POLICY, history=roomy_history(), mode=ACT, now=NOW, incident_id=5, job=four,
+               nodes=infos, faulty_nodes=[], suspect_nodes=["n3"])
+    assert not any(a.kind is ActionKind.DRAIN for a in d.actions)
+    assert next(a for a in d.actions if a.kind is ActionKind.REQUEUE).job_changes.exclude_nodes == ["n3"]
+    assert any("excludes the suspects" in n for n in d.notes)

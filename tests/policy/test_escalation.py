@@ -21,6 +21,8 @@ from pitstop.policy.safety import ModeState
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 ACT = ModeState(mode=Mode.ACT)
 POLICY = load_policy()
+# The same, asking before every reboot (the default skips asking for a node the incident drained).
+STRICT = POLICY.model_copy(update={"reboot_drained_without_approval": False})
 NODES = {"n1": NodeInfo(name="n1", state="IDLE", partitions=["gpu"])}
 HISTORY = History(partitions={"gpu": PartitionState(name="gpu", size=16, healthy=16)}, cluster_size=16)
 
@@ -52,9 +54,9 @@ def run_all(d: Decision, outcomes: dict[int, StepOutcome], *, fail: set[ActionKi
             outcomes[a.seq] = StepOutcome(state="failed" if a.kind in fail else "done")
 
 
-def climb(d: Decision, outcomes: dict[int, StepOutcome]) -> list:
-    steps = next_rung_steps(d, POLICY, outcomes)
-    return extend_decision(d, steps, policy=POLICY, history=HISTORY, mode=ACT, now=NOW, nodes=NODES)
+def climb(d: Decision, outcomes: dict[int, StepOutcome], policy=POLICY) -> list:
+    steps = next_rung_steps(d, policy, outcomes)
+    return extend_decision(d, steps, policy=policy, history=HISTORY, mode=ACT, now=NOW, nodes=NODES)
 
 
 def test_failed_reset_climbs_to_reboot_then_diag_then_rma_in_one_incident() -> None:
@@ -64,7 +66,7 @@ def test_failed_reset_climbs_to_reboot_then_diag_then_rma_in_one_incident() -> N
     run_all(d, outcomes, fail={ActionKind.GPU_RESET})  # "GPU is lost"
     reboot = climb(d, outcomes)
     assert [(a.kind, a.rung) for a in reboot] == [(ActionKind.REBOOT, 1), (ActionKind.DIAG, None), (ActionKind.RESUME, None)]
-    assert reboot[0].disposition == "ask"  # the policy asks before any reboot
+    assert reboot[0].disposition == "run"  # n1 was drained by this incident: no human needed
     assert reboot[0].seq == max(a.seq for a in d.actions if a not in reboot) + 1
     assert next_rung_steps(d, POLICY, outcomes) == []  # idempotent until the new steps have run
     run_all(d, outcomes)  # approved, rebooted, the check still fails
@@ -102,9 +104,9 @@ def test_denied_rung_hands_the_node_to_its_owner_and_never_climbs() -> None:
     d = xid_alarm(95)
     outcomes: dict[int, StepOutcome] = {}
     run_all(d, outcomes, fail={ActionKind.GPU_RESET})
-    climb(d, outcomes)
+    climb(d, outcomes, STRICT)
     run_all(d, outcomes, answer="denied")  # the operator said no to the reboot
-    assert climb(d, outcomes) == []
+    assert climb(d, outcomes, STRICT) == []
     (end,) = node_end_states(d, POLICY, outcomes)
     assert end.state is EndState.HANDED_OVER and end.owner == "ops" and "denied" in end.detail
 
@@ -113,9 +115,9 @@ def test_waiting_for_approval_is_its_own_end_state() -> None:
     d = xid_alarm(95)
     outcomes: dict[int, StepOutcome] = {}
     run_all(d, outcomes, fail={ActionKind.GPU_RESET})
-    climb(d, outcomes)
+    climb(d, outcomes, STRICT)
     run_all(d, outcomes, answer="awaiting_approval")
-    assert climb(d, outcomes) == []
+    assert climb(d, outcomes, STRICT) == []
     (end,) = node_end_states(d, POLICY, outcomes)
     assert end.state is EndState.AWAITING_APPROVAL and "reboot" in end.detail
 

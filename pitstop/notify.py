@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -23,10 +22,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-# user:password@ in a URL; tokens in the path are left alone, the password is the usual secret.
-_PASSWORD_RE = re.compile(
-    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/@?#\s]*):[^@/?#\s]*@"
-)
+from pitstop.secrets import redact, scrub
+
+__all__ = ["Notification", "NotifyOutcome", "NotifyStatus", "UrlOutcome", "redact", "send"]
 
 
 class Notification(BaseModel):
@@ -43,7 +41,7 @@ class NotifyStatus(StrEnum):
 
 
 class UrlOutcome(BaseModel):
-    url: str = Field(description="the URL with any password masked")
+    url: str = Field(description="the URL with every secret masked (pitstop.secrets)")
     ok: bool
     detail: str = ""
 
@@ -59,21 +57,28 @@ class NotifyOutcome(BaseModel):
         return self.status in (NotifyStatus.SENT, NotifyStatus.SKIPPED)
 
 
-def redact(url: str) -> str:
-    return _PASSWORD_RE.sub(lambda m: f"{m['scheme']}{m['user']}:***@", url)
-
-
 def send(notification: Notification, urls: list[str], timeout_s: float) -> NotifyOutcome:
-    """Deliver to every URL within `timeout_s` seconds in total. Never raises."""
+    """Deliver to every URL within `timeout_s` seconds in total. Never raises. The outcome has
+    every secret of `urls` masked, so it can be written and printed anywhere."""
     started = time.monotonic()
     try:
-        return _send(notification, urls, timeout_s, started)
+        outcome = _send(notification, urls, timeout_s, started)
     except Exception as exc:  # the contract is "never raises": report instead
-        return NotifyOutcome(
+        outcome = NotifyOutcome(
             status=NotifyStatus.FAILED,
             summary=f"notification failed: {exc!r}",
             duration_s=time.monotonic() - started,
         )
+    return _scrubbed(outcome, urls)
+
+
+def _scrubbed(outcome: NotifyOutcome, urls: list[str]) -> NotifyOutcome:
+    """The one place an outcome leaves this module: no URL secret in any of its text."""
+    return outcome.model_copy(update={
+        "summary": scrub(outcome.summary, urls),
+        "urls": [u.model_copy(update={"url": scrub(redact(u.url), urls), "detail": scrub(u.detail, urls)})
+                 for u in outcome.urls],
+    })
 
 
 def _send(notification: Notification, urls: list[str], timeout_s: float, started: float) -> NotifyOutcome:
@@ -176,9 +181,9 @@ def _deliver(notification: Notification, url: str) -> UrlOutcome:
             attach=attach,
         )
         detail = "" if ok else (" / ".join(dict.fromkeys(messages))[:500] or "apprise reported failure")
-        return UrlOutcome(url=shown, ok=bool(ok), detail=detail)
+        return UrlOutcome(url=shown, ok=bool(ok), detail=scrub(detail, [url]))
     except Exception as exc:
-        return UrlOutcome(url=shown, ok=False, detail=f"{type(exc).__name__}: {exc}"[:500])
+        return UrlOutcome(url=shown, ok=False, detail=scrub(f"{type(exc).__name__}: {exc}", [url])[:500])
     finally:
         logger.removeHandler(handler)
 

@@ -14,6 +14,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pitstop.cli.cmd_records",  # nodes, incidents, breaker, mode
     "pitstop.cli.cmd_run",  # run, runs
     "pitstop.cli.cmd_classify",  # classify
+    "pitstop.cli.cmd_policy",  # policy check
     "pitstop.cli.cmd_node",  # node-check
     "pitstop.cli.cmd_hooks",  # epilog, prolog, spool
     "pitstop.cli.cmd_up",  # up

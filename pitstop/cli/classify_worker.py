@@ -78,7 +78,8 @@ class _Follower:
 
 
 def main() -> int:
-    from classifiers import ClassifyError, classify_files, classify_scanned
+    from classifiers import ClassifyError, classify_files, classify_scanned, scan_logs
+    from pitstop.files import open_regular
     from pitstop.models import SchedulerFacts
 
     try:
@@ -109,7 +110,8 @@ def main() -> int:
         else:
             if follower is not None:
                 follower.ended.set()  # asked about other files: read them from the start
-            verdict = classify_files(paths, facts=facts)
+            # open_regular: a log swapped for a FIFO or a device must not hang the worker
+            verdict = classify_scanned(scan_logs(paths, open_log=open_regular), facts)
     except ClassifyError as exc:
         _say({"stage": "error", "error": str(exc)})
         return 1

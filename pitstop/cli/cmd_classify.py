@@ -78,6 +78,34 @@ def _confusion_table(report):
     return matrix
 
 
+# Paragraphs are single lines: the help renderer keeps line breaks as written.
+CLASSIFY_HELP = "\n\n".join([
+    "Name the root cause of a failed job from its log(s), with the lines that prove it.",
+    "Each PATH gets its own verdict, in order. A PATH that cannot be read (missing, no permission, "
+    "a directory, a FIFO or a device) gets an error line instead (with --json: {\"path\", \"error\"}) "
+    "and the other paths are still classified. An unreadable --kernel-log is reported once and the "
+    "verdicts are given without it.",
+    "Exit codes:\n"
+    "  0  every path classified\n"
+    "  1  some path (or the kernel log) could not be read\n"
+    "  2  usage error (no PATH, unknown --engine, unreadable --eval corpus)",
+])
+
+
+def _read_error(path: Path, exc: Exception) -> str:
+    """ClassifyError already names the path; anything else gets the same shape."""
+    text = str(exc)
+    return text if text.startswith("cannot classify") else f"cannot classify {path}: {text}"
+
+
+def _report_error(path: Path, message: str, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps({"path": str(path), "error": message}, ensure_ascii=False))
+    else:
+        typer.echo(f"{path}: error: {message}", err=True)
+    sys.stdout.flush()
+
+
 def classify(
     paths: Optional[list[Path]] = typer.Argument(None, help="log files; each gets its own verdict"),
     state: Optional[str] = typer.Option(None, "--state", help="Slurm job state, e.g. TIMEOUT"),
@@ -88,7 +116,6 @@ def classify(
     eval_corpus: Optional[Path] = typer.Option(None, "--eval", help="score on a labelled JSONL corpus"),
     engine: Optional[str] = typer.Option(None, "--engine", help="hyperscan | re2 | re (default: fastest)"),
 ) -> None:
-    """Name the root cause of a failed job from its log(s), with the lines that prove it."""
     from pitstop.models import SchedulerFacts
 
     if eval_corpus is not None:
@@ -104,25 +131,33 @@ def classify(
         typer.echo("error: give at least one log PATH (or --eval CORPUS.jsonl)", err=True)
         raise typer.Exit(2)
 
-    from classifiers import ClassifyError, classify_files
+    from classifiers import ClassifyError, LogScan, classify_files, classify_scanned, scan_logs
+    from pitstop.files import open_regular
 
+    try:
+        classify_files([], engine=engine)  # checks --engine (and compiles the rules) once
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     facts = None
     if state is not None or exit_code is not None or signal is not None:
         facts = SchedulerFacts(state=state, exit_code=exit_code, signal=signal)
     failed = False
+    kernel = LogScan(sources=[])
+    if kernel_log is not None:  # scanned once, not once per path
+        try:
+            kernel = scan_logs([kernel_log], engine=engine, open_log=open_regular, sources=["kernel"])
+        except (ClassifyError, OSError, ValueError) as exc:
+            failed = True
+            _report_error(kernel_log, _read_error(kernel_log, exc) + " (--kernel-log; verdicts are without it)", as_json)
     for path in paths:
         try:
-            verdict = classify_files([path], facts, kernel_log, engine=engine)
-        except ClassifyError as exc:
+            scan = scan_logs([path], engine=engine, open_log=open_regular)
+        except (ClassifyError, OSError, ValueError) as exc:  # this path only: go on with the others
             failed = True
-            if as_json:
-                typer.echo(json.dumps({"path": str(path), "error": str(exc)}, ensure_ascii=False))
-            else:
-                typer.echo(f"{path}: error: {exc}", err=True)
+            _report_error(path, _read_error(path, exc), as_json)
             continue
-        except ValueError as exc:  # e.g. an unknown --engine
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from None
+        verdict = classify_scanned(LogScan(sources=[*scan.sources, *kernel.sources]), facts)
         if as_json:
             typer.echo(_verdict_json(str(path), verdict))
         else:
@@ -133,4 +168,4 @@ def classify(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("classify")(classify)
+    app.command("classify", help=CLASSIFY_HELP)(classify)

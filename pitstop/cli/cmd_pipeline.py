@@ -74,6 +74,8 @@ def register(app: typer.Typer) -> None:
             acts = "\n".join(f"{a.kind} {a.target}: {_WORDS.get(a.state, a.state)}" for a in report.actions) or "none"
             table.add_row(f.job_id, cause, sig, acts)
         console.print(table)
-        console.print(f"Done in {time.monotonic() - started:.1f} s. Database: {settings.effective_database_url}")
+        from pitstop.secrets import redact
+
+        console.print(f"Done in {time.monotonic() - started:.1f} s. Database: {redact(settings.effective_database_url)}")
         console.print(f"Notifications: {settings.home / 'outbox'}  Cluster changes: {len(cluster.actions())} (see {root / 'cluster.json'})")
         console.print("Inspect with `pitstop incidents` and `pitstop nodes` (PITSTOP_HOME must match).")

@@ -11,9 +11,10 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from pitstop.config import ConfigError, load_settings
+from pitstop.secrets import redact_text
 
 
 class RunView(BaseModel):
@@ -38,6 +39,12 @@ class RunView(BaseModel):
     attachments_skipped: list[dict] = Field(default_factory=list)
     error: str | None = None
     source: str = Field(default="database", description="database | run directory")
+
+    @field_validator("notify_status", "error")
+    @classmethod
+    def _no_url_secrets(cls, text: str | None) -> str | None:
+        """Runs recorded before every URL form was masked may still hold a token: never show it."""
+        return redact_text(text) if text else text
 
 
 def _err(message: str) -> None:
@@ -124,7 +131,7 @@ def _load(limit: int | None = None, run_id: str | None = None) -> list[RunView] 
         return _from_db(settings, limit, run_id)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        _err(f"warning: cannot read the database ({first[:300]}); reading {settings.runs_dir} instead")
+        _err(f"warning: cannot read the database ({redact_text(first[:300])}); reading {settings.runs_dir} instead")
         return _from_dirs(settings, limit, run_id)
 
 

@@ -53,8 +53,10 @@ class Store:
                 session.commit()
                 return
             if row.version > SCHEMA_VERSION:
+                from pitstop.secrets import redact
+
                 raise SchemaError(
-                    f"database {self.url} has schema version {row.version}, but this Pitstop "
+                    f"database {redact(self.url)} has schema version {row.version}, but this Pitstop "
                     f"knows only up to {SCHEMA_VERSION}: upgrade Pitstop, or point "
                     "PITSTOP_DATABASE_URL at another database"
                 )

@@ -87,7 +87,7 @@ def test_journal_resumes_without_repeating_finished_actions(store: Store) -> Non
     assert r.journal(store, inc.id)[0].result == "drained"
     with pytest.raises(r.RecordError, match="finished state"):
         r.finish_action(store, inc.id, 1, "running")
-    assert r.get_incident(store, inc.id).decision["rule"] == "gpu_hardware:*"
+    assert r.get_incident(store, inc.id).decision["rule"] == "gpu_hardware:xid-79 (NVIDIA RESTART_BM)"
 
 
 def test_approval_resolution(store: Store) -> None:

@@ -73,10 +73,7 @@ def decide_remediation(
 
 def journal_outcomes(ctx: PipelineContext, incident_id: int) -> dict[int, StepOutcome]:
     """The action journal as the escalation logic reads it."""
-    return {
-        e.seq: StepOutcome(state=e.state, passed=e.details.get("passed"), ticket_id=e.details.get("ticket_id"))
-        for e in journal.entries(ctx, incident_id)
-    }
+    return {e.seq: StepOutcome.from_journal(e.state, e.params) for e in journal.entries(ctx, incident_id)}
 
 
 @task(name="escalate", cache_policy=NO_CACHE)

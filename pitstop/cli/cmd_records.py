@@ -56,20 +56,58 @@ def nodes_cmd(
     incidents = records.recent_incidents(store, cluster=cluster, since=since, limit=100_000)
     rows = records.list_nodes(store, cluster)
     table = Table(title=f"Nodes (incidents in the last {window_hours:g} h)")
-    for col in ("cluster", "node", "state", "drain owner", "ladder rung", "incidents", "Xids", "lemon", "updated"):
+    for col in ("cluster", "node", "state", "drain owner", "ladder rung", "incidents", "Xids", "lemon", "updated",
+                "next step"):
         table.add_column(col)
+    policy = _policy_or_none()
     for n in rows:
         count = sum(1 for i in incidents if i.cluster == n.cluster and n.name in (i.nodes or []))
         rung = f"{n.ladder} {n.ladder_rung + 1}" if n.ladder and n.ladder_rung is not None else "-"
         xids = ", ".join(f"{k}x{v}" for k, v in sorted((n.xid_counts or {}).items())) or "-"
         owner = {"pitstop": "pitstop", "foreign": "[yellow]someone else[/]"}.get(n.drain_owner, "-")
         lemon = "[red]LEMON[/]" if n.lemon else ""
-        table.add_row(n.cluster, n.name, n.state or "?", owner, rung, str(count), xids, lemon, _ago(n.updated_at))
+        table.add_row(n.cluster, n.name, n.state or "?", owner, rung, str(count), xids, lemon, _ago(n.updated_at),
+                      _next_step(store, policy, n))
     console = Console()
     if not rows:
         console.print("No nodes recorded yet (they appear after the first sweep or incident).")
         return
     console.print(table)
+
+
+def _policy_or_none():
+    from pitstop.config import load_settings
+    from pitstop.policy.model import PolicyError, policy_from_settings
+
+    try:
+        return policy_from_settings(load_settings())
+    except (PolicyError, ValueError):
+        return None
+
+
+def _next_step(store, policy, n) -> str:
+    """For a node Pitstop drained: what happens next (an approval, a ticket, an owner)."""
+    if n.drain_owner != "pitstop":
+        return "-"
+    from pitstop.policy.decide import Decision
+    from pitstop.policy.escalation import StepOutcome, node_end_states
+    from pitstop.store import records
+
+    try:
+        incident = records.get_incident(store, n.last_incident_id) if n.last_incident_id else None
+    except records.RecordError:
+        incident = None
+    if incident is None or not incident.decision or policy is None:
+        return f"drained by pitstop (incident {n.last_incident_id or '?'}): check by hand"
+    try:
+        decision = Decision.model_validate(incident.decision)
+    except ValueError:
+        return f"incident {incident.id}: decision not readable by this version"
+    outcomes = {a.seq: StepOutcome.from_journal(a.state, a.params) for a in records.journal(store, incident.id)}
+    end = next((e for e in node_end_states(decision, policy, outcomes) if e.node == n.name), None)
+    if end is None:
+        return f"incident {incident.id}: no step for this node; handed to {policy.handover_to}"
+    return f"incident {incident.id}: {end.detail}"
 
 
 def incidents_cmd(

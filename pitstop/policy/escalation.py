@@ -33,6 +33,12 @@ class StepOutcome(BaseModel):
     passed: bool | None = Field(default=None, description="diag: did the node pass")
     ticket_id: int | None = None
 
+    @classmethod
+    def from_journal(cls, state: str, params: dict | None) -> "StepOutcome":
+        """From an action-journal row (its state and params; results sit in result_details)."""
+        details = (params or {}).get("result_details") or {}
+        return cls(state=state, passed=details.get("passed"), ticket_id=details.get("ticket_id"))
+
 
 class EndState(StrEnum):
     IN_SERVICE = "in_service"  # resumed after passing its checks, or never taken out

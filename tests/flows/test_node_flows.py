@@ -8,7 +8,7 @@ from uuid import UUID
 import pytest
 
 from pitstop.store.tables import ActionRecord, Incident, NodeEvent, NodeRecord
-from tests.flows.conftest import outbox, rows, wait_for
+from tests.flows.conftest import outbox, rows, store, wait_for
 
 pytestmark = [pytest.mark.prefect]
 
@@ -51,6 +51,10 @@ def test_node_alarm_on_a_dead_gpu_escalates_within_the_incident_to_an_rma_ticket
     [record] = [r for r in rows(NodeRecord) if r.name == node]
     assert record.drain_owner == "pitstop"
     assert [(a.op, a.target) for a in demo.actions()] == [("drain", node), ("reboot", node)]
+    # `pitstop nodes` shows the next step of every node Pitstop drained: here, its owner.
+    from pitstop.cli.cmd_records import _next_step
+    from pitstop.policy import load_policy
+    assert _next_step(store(), load_policy(), record).endswith("stays drained, handed to ops: rma_ticket was denied")
 
     again = node_alarm(node, "xid-79", {"key": "evt-1"})  # the same alarm event delivered twice
     assert again.status == "duplicate" and again.incident_id == report.incident_id

@@ -14,7 +14,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field
 
-from pitstop.cluster.base import ClusterError, HostStatus, InvalidIdentifier, JobChanges
+from pitstop.cluster.base import ClusterError, HostStatus, InvalidIdentifier, JobChanges, JobRecord
 from pitstop.models import CheckStatus
 from pitstop.policy.decide import PlannedAction
 from pitstop.policy.model import ActionKind
@@ -66,20 +66,24 @@ def _gpu_reset(ctx: PipelineContext, a: PlannedAction, facts: dict) -> ActResult
 
 
 def _requeue(ctx: PipelineContext, a: PlannedAction, facts: dict) -> ActResult:
-    changes = a.job_changes or JobChanges()
-    before = facts.get("in_doubt", {}).get(a.seq, {}).get("restart_count_before")
-    parts = [f"requeued job {a.target}"]
-    if before is not None and ctx.scheduler.job(a.target).restart_count > int(before):
-        parts = [f"job {a.target} was already requeued by an interrupted run"]  # only the update is left
-    else:
-        ctx.scheduler.requeue(a.target)
-    if changes.exclude_nodes or changes.time_limit_min or changes.env:
-        ctx.scheduler.update_job(a.target, changes)
-    if changes.exclude_nodes:
-        parts.append("excluding " + ",".join(changes.exclude_nodes))
-    if changes.time_limit_min:
-        parts.append(f"time limit {changes.time_limit_min} min")
-    return ActResult(ok=True, summary=", ".join(parts))
+    """Held, changed, released in one scheduler call (or resubmitted, for env changes). After a
+    crash, a job this action held is finished (update + release), not requeued again."""
+    in_doubt = facts.get("in_doubt", {}).get(a.seq)
+    resume = in_doubt is not None and _held_by_this_action(ctx.scheduler.job(a.target), in_doubt)
+    result = ctx.scheduler.requeue_with_changes(
+        a.target, a.job_changes or JobChanges(), incident_id=facts.get("incident_id"), resume_held=resume
+    )
+    return ActResult(ok=True, summary=result.summary, details=result.model_dump(mode="json"))
+
+
+def _held_by_this_action(job: JobRecord, intent: dict) -> bool:
+    """Held now, and not before the action: requeuehold bumped its restart count, or the hold
+    of a pending job is new. A hold that was there before belongs to someone else."""
+    before = intent.get("restart_count_before")
+    if not job.is_held or before is None:
+        return False
+    # an intent without held_before (an older Pitstop) never held a pending job
+    return job.restart_count > int(before) or intent.get("held_before") is False
 
 
 def _diag(ctx: PipelineContext, a: PlannedAction, facts: dict) -> ActResult:
@@ -148,27 +152,38 @@ def already_applied(ctx: PipelineContext, action: PlannedAction, intent_params: 
         if action.kind is ActionKind.RESUME:
             return not ctx.scheduler.node(action.target).is_drained
         if action.kind is ActionKind.REQUEUE:
-            before = intent_params.get("restart_count_before")
-            if before is None:
-                return None
-            job = ctx.scheduler.job(action.target)
-            if job.restart_count <= int(before):
-                return False  # never requeued: run it
-            changes = action.job_changes or JobChanges()
-            # requeued, but was the changed config applied too? If not, redo the rest.
-            return set(changes.exclude_nodes) <= set(job.excluded_nodes) and (
-                not changes.time_limit_min or job.time_limit_min == changes.time_limit_min)
+            return _requeue_applied(ctx, action, intent_params)
     except (ClusterError, ValueError):
         return None
     return None
 
 
+def _requeue_applied(ctx: PipelineContext, action: PlannedAction, intent: dict) -> bool | None:
+    """Done = resubmitted (a tagged job exists), or released with the changes in place. A job
+    still held by this action is not done: the re-run finishes update + release."""
+    changes = action.job_changes or JobChanges()
+    if changes.env:
+        # one Pitstop resubmission per job at most: the replaced job never runs again
+        return ctx.scheduler.find_resubmission(action.target) is not None
+    before = intent.get("restart_count_before")
+    if before is None:
+        return None
+    job = ctx.scheduler.job(action.target)
+    if job.is_held:
+        return False
+    acted = job.restart_count > int(before) or intent.get("state_before") == "PENDING"
+    return acted and set(changes.exclude_nodes) <= set(job.excluded_nodes) and (
+        not changes.time_limit_min or job.time_limit_min == changes.time_limit_min)
+
+
 def intent_params(ctx: PipelineContext, action: PlannedAction) -> dict:
-    """What to remember before acting, so a re-run can tell whether the action happened."""
+    """What to remember before acting, so a re-run can tell whether the action happened: for a
+    requeue, the job's restart count and whether it was held or pending already."""
     params = action.model_dump(mode="json", exclude_none=True)
     if action.kind is ActionKind.REQUEUE:
         try:
-            params["restart_count_before"] = ctx.scheduler.job(action.target).restart_count
+            job = ctx.scheduler.job(action.target)
         except (ClusterError, ValueError):
-            pass
+            return params
+        params.update(restart_count_before=job.restart_count, held_before=job.is_held, state_before=job.state)
     return params

@@ -16,6 +16,20 @@ import typer
 
 # journal state -> what the demo table says (a node kept drained is "not done", not a failure)
 _WORDS = {"skipped": "not done", "would_do": "would do", "awaiting_approval": "waiting for approval"}
+# The demo opens with these, so every run shows the two things a new user should see: a fault that
+# climbs the escalation ladder inside one incident (a GPU that stays off the bus after the reboot),
+# and a multi-node job whose faulty node is found from the evidence (the host in NCCL's error line
+# and that node's `link down`). The rest come from the Llama 3 mix.
+SHOWCASE = ("gpu_fell_off_bus", "network_fabric")
+# Lines of a report's explanation that say where the incident ended and who was blamed.
+_OUTCOME_MARKS = ("suspect ", "escalated within the incident", ": back in service", ": stays drained",
+                  ": out of service", ": next step")
+
+
+def _story_line(line: str) -> str:
+    """A suspect line without its evidence excerpt and with only its first reason."""
+    head = line.split(" | ")[0]
+    return head.split("; ")[0] if head.startswith("suspect ") else head
 
 
 def register(app: typer.Typer) -> None:
@@ -30,6 +44,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Inject faults into a built-in demo cluster and remediate them with the real flows."""
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
 
         console = Console()
@@ -56,9 +71,11 @@ def register(app: typer.Typer) -> None:
         table = Table(title="What Pitstop found and did")
         for column in ("job", "cause", "signature", "actions"):
             table.add_column(column)
-        for _ in range(faults):
+        stories: list[tuple[str, list[str]]] = []
+        for index in range(faults):
             # One fault at a time, as on a real cluster: each job's kernel log is its own past.
-            injected = cluster.inject_faults(1)
+            showcase = [SHOWCASE[index]] if index < len(SHOWCASE) else None
+            injected = cluster.inject_faults(1, kinds=showcase)
             if not injected:
                 console.print("no healthy nodes left for more faults")
                 break
@@ -72,8 +89,14 @@ def register(app: typer.Typer) -> None:
             cause = report.verdict.cause.value if report.verdict else "-"
             sig = report.verdict.signature if report.verdict else "-"
             acts = "\n".join(f"{a.kind} {a.target}: {_WORDS.get(a.state, a.state)}" for a in report.actions) or "none"
+            stories.append((f.job_id, [_story_line(line) for line in report.explain
+                                       if any(mark in line for mark in _OUTCOME_MARKS)]))
             table.add_row(f.job_id, cause, sig, acts)
         console.print(table)
+        console.print("[bold]Found among the job's nodes, and where each incident ended:[/]")
+        for job_id, lines in stories:
+            for line in lines or ["(no node was blamed)"]:
+                console.print(f"  job {job_id}: {escape(line)}", soft_wrap=True)
         from pitstop.secrets import redact
 
         console.print(f"Done in {time.monotonic() - started:.1f} s. Database: {redact(settings.effective_database_url)}")

@@ -29,6 +29,11 @@ from pitstop.cluster.base import (
     JobRecord,
     NodeInfo,
     NotFound,
+    RequeueResult,
+    is_resubmission_of,
+    refuse_env_in_place,
+    requeue_with_changes,
+    validate_job_changes,
     validate_job_id,
     validate_node_name,
 )
@@ -59,6 +64,9 @@ class DemoState(BaseModel):
     fault_count: int = 0
     nodes: dict[str, DemoNode] = Field(default_factory=dict)
     jobs: dict[str, JobRecord] = Field(default_factory=dict)
+    # what Slurm keeps beside a job record: sbatch --export variables and --comment
+    job_env: dict[str, dict[str, str]] = Field(default_factory=dict)
+    job_comment: dict[str, str] = Field(default_factory=dict)
     actions: list[DemoAction] = Field(default_factory=list)
 
 
@@ -313,10 +321,29 @@ class DemoCluster:
         job_id = validate_job_id(job_id)
         with self._mutate() as state:
             job = self._job_for_change(state, job_id)
+            if job.state == "PENDING":  # as Slurm: only a running or ended job can be requeued
+                raise ClusterError(f"cannot requeue job {job_id}: Job is pending execution")
             job.state = "PENDING"
             job.restart_count += 1
-            job.reason = "JobHeldUser" if hold else "BeginTime"
+            job.reason = "job_requeued_in_held_state" if hold else "BeginTime"
             self._log(state, "requeue", job_id, hold=hold)
+
+    def hold(self, job_id: str) -> None:
+        job_id = validate_job_id(job_id)
+        with self._mutate() as state:
+            job = self._job_for_change(state, job_id)
+            if job.state != "PENDING":
+                raise ClusterError(f"cannot hold job {job_id}: Job is no longer pending execution")
+            job.reason = "JobHeldAdmin"
+            self._log(state, "hold", job_id)
+
+    def release(self, job_id: str) -> None:
+        job_id = validate_job_id(job_id)
+        with self._mutate() as state:
+            job = self._job_for_change(state, job_id)
+            if job.is_held:
+                job.reason = None
+            self._log(state, "release", job_id)
 
     def _job_for_change(self, state: DemoState, job_id: str) -> JobRecord:
         if job_id not in state.jobs:
@@ -325,15 +352,22 @@ class DemoCluster:
 
     def update_job(self, job_id: str, changes: JobChanges) -> None:
         job_id = validate_job_id(job_id)
+        refuse_env_in_place(job_id, validate_job_changes(changes))
         with self._mutate() as state:
             job = self._job_for_change(state, job_id)
+            unknown = [n for n in changes.exclude_nodes if n not in state.nodes]
+            if unknown:  # Slurm's words for an ExcNodeList naming a node it does not have
+                raise NotFound(
+                    f"cannot update job {job_id}: Invalid node name specified ({','.join(unknown)})"
+                )
             job.excluded_nodes = sorted(set(job.excluded_nodes) | set(changes.exclude_nodes))
             if changes.time_limit_min:
                 job.time_limit_min = changes.time_limit_min
             self._log(state, "update_job", job_id, **changes.model_dump(exclude_defaults=True))
 
-    def resubmit(self, job_id: str, changes: JobChanges) -> str:
+    def resubmit(self, job_id: str, changes: JobChanges, comment: str | None = None) -> str:
         job_id = validate_job_id(job_id)
+        validate_job_changes(changes)
         with self._mutate() as state:
             old = self._job_for_change(state, job_id)
             new_id = str(state.next_job_id)
@@ -347,12 +381,44 @@ class DemoCluster:
                     "nodes": [],
                     "start_time": None,
                     "end_time": None,
-                    "excluded_nodes": sorted(set(changes.exclude_nodes)),
+                    "excluded_nodes": sorted(set(old.excluded_nodes) | set(changes.exclude_nodes)),
                     "time_limit_min": changes.time_limit_min or old.time_limit_min,
+                    "restart_count": 0,
+                    "reason": None,
                 }
             )
-            self._log(state, "resubmit", job_id, new_job_id=new_id)
+            # as sbatch --export=ALL,K=V: the submitter's environment plus these, nothing of the
+            # old job's own additions (a resubmission of a resubmission gets only its own)
+            state.job_env[new_id] = dict(changes.env)
+            old_comment = state.job_comment.get(job_id)
+            full_comment = " | ".join(c for c in (comment, old_comment) if c)
+            if full_comment:
+                state.job_comment[new_id] = full_comment
+            self._log(state, "resubmit", job_id, new_job_id=new_id, comment=full_comment,
+                      **changes.model_dump(exclude_defaults=True))
         return new_id
+
+    def requeue_with_changes(
+        self, job_id: str, changes: JobChanges, *, incident_id: int | None = None,
+        resume_held: bool = False,
+    ) -> RequeueResult:
+        """The same contract as Slurm's, from the same code: see `base.requeue_with_changes`."""
+        return requeue_with_changes(
+            self, job_id, changes, incident_id=incident_id, resume_held=resume_held
+        )
+
+    def find_resubmission(self, job_id: str, incident_id: int | None = None) -> str | None:
+        job_id = validate_job_id(job_id)
+        with self._locked():
+            comments = self._read().job_comment
+        found = [j for j, c in comments.items() if is_resubmission_of(c, job_id, incident_id)]
+        return min(found, key=int) if found else None
+
+    def job_environment(self, job_id: str) -> dict[str, str]:
+        """The variables a (resubmitted) job was given on top of its submitter's environment."""
+        job_id = validate_job_id(job_id)
+        with self._locked():
+            return dict(self._read().job_env.get(job_id, {}))
 
     # ---- RemoteRunner -----------------------------------------------------------------------
 

@@ -20,6 +20,11 @@ from pitstop.cluster.base import (
     JobRecord,
     NodeInfo,
     NotFound,
+    RequeueResult,
+    is_resubmission_of,
+    refuse_env_in_place,
+    requeue_with_changes,
+    validate_job_changes,
     validate_job_id,
     validate_node_name,
 )
@@ -42,7 +47,6 @@ _NOT_FOUND = re.compile(
     r"|Unable to find job|Invalid job id"
 )
 _UNSUPPORTED_OPTION = re.compile(r"unrecognized option|invalid option|unknown option")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_REASON_CHARS = 512
 
 
@@ -153,14 +157,16 @@ class SlurmScheduler:
         job_id = validate_job_id(job_id)
         self._run("scontrol", ["requeuehold" if hold else "requeue", job_id])
 
+    def hold(self, job_id: str) -> None:
+        self._run("scontrol", ["hold", validate_job_id(job_id)])
+
+    def release(self, job_id: str) -> None:
+        self._run("scontrol", ["release", validate_job_id(job_id)])
+
     def update_job(self, job_id: str, changes: JobChanges) -> None:
-        """Change a pending job in place. Environment changes need `resubmit` instead."""
+        """Change a pending job in place. Environment changes need a resubmission instead."""
         job_id = validate_job_id(job_id)
-        if changes.env:
-            raise ClusterError(
-                f"cannot change the environment of job {job_id} in place (Slurm has no such "
-                "update); resubmit it with the new environment instead"
-            )
+        refuse_env_in_place(job_id, validate_job_changes(changes))
         args = [f"JobId={job_id}"]
         if changes.exclude_nodes:
             current = self.job(job_id)
@@ -172,20 +178,53 @@ class SlurmScheduler:
             return None
         self._run("scontrol", ["update", *args])
 
-    def resubmit(self, job_id: str, changes: JobChanges) -> str:
-        """Submit the job's own batch script again with `changes` applied; returns the new id."""
+    def resubmit(self, job_id: str, changes: JobChanges, comment: str | None = None) -> str:
+        """Submit the job's own batch script again with `changes` applied; returns the new id.
+        `comment` (a Pitstop tag) goes before the old job's own comment."""
         job_id = validate_job_id(job_id)
+        validate_job_changes(changes)
         records = parse_scontrol_records(self._run("scontrol", ["-o", "show", "job", job_id]))
         if not records:
             raise NotFound(f"Slurm does not know job {job_id}")
         script = self.batch_script(job_id)
-        argv = build_resubmit_argv(records[0], changes, job_id, as_root=os.geteuid() == 0)
+        comment = " | ".join(c for c in (comment, self._comments(job_id).get(job_id)) if c)
+        argv = build_resubmit_argv(
+            records[0], changes, job_id, as_root=os.geteuid() == 0, comment=comment or None
+        )
         out = self._run("sbatch", argv, input_text=script).strip()
         new_id = out.split(";", 1)[0]
         try:
             return validate_job_id(new_id)
         except ValueError as exc:
             raise ClusterError(f"sbatch did not print a job id (it printed {out[:200]!r})") from exc
+
+    def requeue_with_changes(
+        self, job_id: str, changes: JobChanges, *, incident_id: int | None = None,
+        resume_held: bool = False,
+    ) -> RequeueResult:
+        """requeuehold -> scontrol update -> release (never runnable before the change), or a
+        tagged resubmission for env changes: see `base.requeue_with_changes`."""
+        return requeue_with_changes(
+            self, job_id, changes, incident_id=incident_id, resume_held=resume_held
+        )
+
+    def find_resubmission(self, job_id: str, incident_id: int | None = None) -> str | None:
+        """Looks in slurmctld's memory (pending, running, and ended within MinJobAge)."""
+        job_id = validate_job_id(job_id)
+        found = [j for j, c in self._comments().items() if is_resubmission_of(c, job_id, incident_id)]
+        return min(found, key=_job_sort_key) if found else None
+
+    def _comments(self, job_id: str | None = None) -> dict[str, str]:
+        """Job id -> comment. Not from `scontrol -o`: a comment's own spaces and '=' would read
+        as further keys there."""
+        args = ["--noheader", "--states=all", "--format=%i|%k"]
+        out = self._run("squeue", [*args, f"--jobs={job_id}"] if job_id else args)
+        comments = {}
+        for line in out.splitlines():
+            jid, sep, comment = line.partition("|")
+            if sep and comment.strip() not in {"", "(null)"}:
+                comments[jid.strip()] = comment.strip()
+        return comments
 
     # ------------------------------------------------------------------------------ plumbing
 
@@ -248,12 +287,20 @@ class SlurmScheduler:
         return stdout
 
 
+def _job_sort_key(job_id: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.split(r"[_+]", job_id) if p.isdigit())
+
+
 def _merge_nodes(old: Sequence[str], new: Sequence[str]) -> list[str]:
     return list(dict.fromkeys([*old, *(validate_node_name(n) for n in new)]))
 
 
 def build_resubmit_argv(
-    record: Mapping[str, str], changes: JobChanges, old_job_id: str, as_root: bool = False
+    record: Mapping[str, str],
+    changes: JobChanges,
+    old_job_id: str,
+    as_root: bool = False,
+    comment: str | None = None,
 ) -> list[str]:
     """sbatch options that rebuild a job from its `scontrol -o show job` record, plus changes.
 
@@ -265,6 +312,7 @@ def build_resubmit_argv(
         value = (record.get(key) or "").strip()
         return None if value in {"", "(null)", "N/A", "None"} else value
 
+    validate_job_changes(changes)
     argv = ["--parsable"]
     if known("JobName"):
         argv.append(f"--job-name={record['JobName']}")
@@ -306,18 +354,10 @@ def build_resubmit_argv(
     merged = _merge_nodes(_expand_quiet(known("ExcNodeList") or ""), changes.exclude_nodes)
     if merged:
         argv.append(f"--exclude={compress(merged)}")
-    if changes.env:
-        pairs = []
-        for key, value in changes.env.items():
-            if not _ENV_NAME.match(key):
-                raise ClusterError(f"not a valid environment variable name: {key!r}")
-            if "," in value or "\n" in value or "\x00" in value:
-                raise ClusterError(
-                    f"environment value for {key} contains ',' or a newline, which sbatch "
-                    f"--export cannot carry: {value[:80]!r}"
-                )
-            pairs.append(f"{key}={value}")
-        argv.append("--export=ALL," + ",".join(pairs))
+    if changes.env:  # validated above: no value holds what sbatch would split or unquote
+        argv.append("--export=ALL," + ",".join(f"{k}={v}" for k, v in changes.env.items()))
+    if comment:
+        argv.append(f"--comment={comment}")
     user = known("UserId")
     if as_root and user:
         # root resubmits on the user's behalf: the job must run as its owner, never as root

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pitstop.cluster.base import ClusterError, JobChanges
+from pitstop.cluster.base import ClusterError, InvalidJobChanges, JobChanges
 from pitstop.cluster.slurm import build_resubmit_argv
 from pitstop.cluster.slurm_parse import (
     SlurmParseError,
@@ -275,7 +275,16 @@ def test_resubmit_argv_keeps_time_limit_and_runs_as_the_owner() -> None:
     assert not any(a.startswith("--exclude") for a in argv)
 
 
-@pytest.mark.parametrize("env", [{"BAD NAME": "1"}, {"X": "a,b"}, {"X": "two\nlines"}])
+# sbatch --export splits on ',' and treats ' and " as quotes: `A=it's,B=2` sets A to "it's,B=2"
+@pytest.mark.parametrize("env", [{"BAD NAME": "1"}, {"X": "a,b"}, {"X": "two\nlines"},
+                                 {"X": "it's"}, {"X": 'say "hi"'}, {"X\n": "1"}])
 def test_resubmit_argv_rejects_env_sbatch_cannot_carry(env) -> None:
-    with pytest.raises(ClusterError):
+    with pytest.raises(InvalidJobChanges, match="job changes refused: env"):
         build_resubmit_argv({"JobId": "1"}, JobChanges(env=env), "1")
+
+
+def test_resubmit_argv_carries_env_and_the_tag() -> None:
+    argv = build_resubmit_argv({"JobId": "1"}, JobChanges(env={"NCCL_DEBUG": "INFO", "A": "x=y z"}), "1",
+                               comment="pitstop incident=3 resubmit-of=1")
+    assert "--export=ALL,NCCL_DEBUG=INFO,A=x=y z" in argv
+    assert "--comment=pitstop incident=3 resubmit-of=1" in argv

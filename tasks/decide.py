@@ -88,9 +88,14 @@ def escalate_remediation(ctx: PipelineContext, incident_id: int, decision: Decis
     verdict = Verdict(cause=decision.cause, signature=decision.signature, confidence=decision.confidence)
     everything = cluster_nodes(ctx)
     history = journal.load_history(ctx, incident_id, verdict, job, nodes, everything)
-    return extend_decision(decision, steps, policy=policy, history=history, mode=journal.mode_state(ctx),
-                           now=datetime.now(timezone.utc), job=job, nodes=node_view(everything, ctx, nodes),
-                           dry_run=ctx.dry_run)
+    added = extend_decision(decision, steps, policy=policy, history=history, mode=journal.mode_state(ctx),
+                            now=datetime.now(timezone.utc), job=job, nodes=node_view(everything, ctx, nodes),
+                            dry_run=ctx.dry_run)
+    rule = policy.rule_for(decision.cause, decision.signature)
+    for step in added:
+        if step.rung is not None and rule is not None and rule.ladder and not ctx.dry_run:
+            journal.record_rung(ctx, step.target, rule.ladder, step.rung, incident_id)  # `pitstop nodes`
+    return added
 
 
 def end_states(ctx: PipelineContext, incident_id: int, decision: Decision) -> list[NodeEnd]:

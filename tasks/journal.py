@@ -257,6 +257,11 @@ def record_decision_effects(ctx: PipelineContext, incident_id: int, decision) ->
         records.set_node_lemon(ctx.store, ctx.cluster_name, node, why)
 
 
+def record_rung(ctx: PipelineContext, node: str, ladder: str, rung: int, incident_id: int) -> None:
+    """The ladder rung an escalation reached inside an incident."""
+    records.set_node_ladder(ctx.store, ctx.cluster_name, node, ladder, rung, incident_id)
+
+
 def record_node(ctx: PipelineContext, node: str, incident_id: int | None = None) -> None:
     """The node's state as the scheduler shows it now (after Pitstop changed it)."""
     try:

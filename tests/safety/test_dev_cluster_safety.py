@@ -156,20 +156,26 @@ def test_c_xid_counted_once_over_five_sweeps_second_79_climbs_ladder_94_is_dampe
     first = next(a for a in sweeps[0].xid_alarms if a.node == "gpu01")
     r1 = node_alarm(first.node, first.alarm, first.details)
     assert r1.verdict.signature == "xid-79"
-    assert any("reset_gpu rung 1/4 (gpu_reset)" in e for e in r1.explain), r1.explain
-    assert "DRAIN" in node_state(slurm, "gpu01")[0]
+    # Xid 79 is NVIDIA RESTART_BM: the reboot ladder; after the reboot the node check passes (its
+    # Xid was counted by the sweeps already), so the node is back in service.
+    assert any("reboot rung 1/3 (reboot)" in e for e in r1.explain), r1.explain
+    assert "gpu01: back in service after passing its checks" in r1.explain
 
     dmesg.write_text(dmesg.read_text() + (FIXTURES / "second_xid79.txt").read_text())
     second = next(a for a in health_sweep().xid_alarms if a.node == "gpu01")
     assert second.details["key"] != first.details["key"]
     r2 = node_alarm(second.node, second.alarm, second.details)
-    assert any("reset_gpu rung 2/4 (reboot)" in e for e in r2.explain), r2.explain
+    # The second Xid 79 in the window starts at rung 2 (DCGM level 3). No DCGM here: it cannot
+    # vouch for the node, so the same incident climbs to the RMA ticket (unanswered: denied).
+    assert any("reboot rung 2/3 (diag level 3)" in e for e in r2.explain), r2.explain
+    assert any("escalated within the incident: gpu01 rung 3 (rma_ticket)" in e for e in r2.explain), r2.explain
+    assert "DRAIN" in node_state(slurm, "gpu01")[0]
     [rec] = [n for n in rows(NodeRecord) if n.name == "gpu01"]
-    assert (rec.ladder, rec.ladder_rung) == ("reset_gpu", 1)
+    assert (rec.ladder, rec.ladder_rung) == ("reboot", 2)  # the highest rung reached (the ticket)
     nodes = pitstop_cli("nodes")
-    assert nodes.returncode == 0 and "reset_gpu 2" in nodes.stdout, nodes.stdout + nodes.stderr
+    assert nodes.returncode == 0 and "reboot 3" in nodes.stdout, nodes.stdout + nodes.stderr
     mails = [i for i, s in enumerate(mailbox.subjects()) if "node gpu01" in s and "APPROVAL" not in s]
-    assert "reset_gpu rung 2/4 (reboot)" in mailbox.body(mails[-1])
+    assert "reboot rung 2/3 (diag level 3)" in mailbox.body(mails[-1])
 
     # one contained Xid 94 on gpu02: below its threshold (3 in 60 min), nothing is done
     dmesg.write_text(dmesg.read_text() + (FIXTURES / "xid94.txt").read_text())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 from pydantic import BaseModel, Field
 
 from pitstop.models import Verdict
@@ -29,6 +31,10 @@ class IncidentSummary(BaseModel):
     problems: list[str] = Field(default_factory=list, description="evidence that was missing")
     flow_run_url: str | None = None
     awaiting_approval: str | None = None
+    approval_deadline: datetime | None = Field(default=None, description="UTC; no answer by then = deny")
+    approval_url: str | None = Field(default=None, description="the paused run's page (default: flow_run_url)")
+    approval_why: list[str] = Field(default_factory=list, description="why the action needs a human")
+    approval_markdown: str | None = Field(default=None, description="what the approval form shows")
 
 
 _STATE_WORDS = {
@@ -62,7 +68,16 @@ def render(summary: IncidentSummary, max_evidence: int = 12) -> tuple[str, str]:
     lines.append(f"Mode: {summary.mode}{' (dry run: nothing is changed)' if summary.dry_run else ''}")
     if summary.awaiting_approval:
         lines += ["", f"Waiting for approval: {summary.awaiting_approval}"]
-        lines.append("Approve or deny it in the Prefect UI (no answer before the timeout = deny).")
+        if summary.approval_why:
+            lines.append(f"Needs approval because: {'; '.join(summary.approval_why)}")
+        if summary.approval_deadline is not None:
+            deadline = summary.approval_deadline.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+            lines.append(f"Deadline: {deadline} (no answer by then = deny)")
+        url = summary.approval_url or summary.flow_run_url
+        if url:
+            lines.append(f"Approve or deny it in the Prefect UI (Resume on the paused run): {url}")
+        else:
+            lines.append("Approve or deny it in the Prefect UI (no answer before the timeout = deny).")
     if verdict and verdict.evidence:
         lines += ["", "Evidence:"]
         for ev in verdict.evidence[:max_evidence]:

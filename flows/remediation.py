@@ -77,6 +77,7 @@ def remediate(ctx, incident_id: int, subject: IncidentSubject, verdict: Verdict,
         lambda action: notify_incident(ctx, summary([], waiting=action.describe()), to_user=False),
         lambda action, facts: open_rma_ticket(ctx, incident_id, action, verdict, ticket_evidence, facts),
         escalate=lambda d: escalate_remediation(ctx, incident_id, d, subject.job),
+        evidence=verdict.evidence,
     )
     ends = [f"{e.node}: {e.detail}" for e in end_states(ctx, incident_id, decision)]
     deliveries = notify_incident(ctx, summary(outcome.lines, ends=ends), to_user=subject.tell_user)

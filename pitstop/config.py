@@ -187,11 +187,11 @@ class PipelineSettings(BaseModel):
     approval_timeout_s: int = Field(default=3600, ge=1, description="no answer in time = deny")
     kernel_log_argv: list[str] = Field(
         default_factory=lambda: ["journalctl", "-k", "-o", "short-iso", "--no-pager", "--since", "-6h"],
-        description="run on a job's nodes to collect kernel (Xid) lines",
+        description="run on a job's nodes to collect kernel (Xid) lines; {node} is the node's name",
     )
     node_check_argv: list[str] = Field(
         default_factory=lambda: ["pitstop", "node-check", "--json"],
-        description="the quick node check run on nodes over SSH",
+        description="the quick node check run on nodes over SSH; {node} is the node's name",
     )
     node_check_timeout_s: float = Field(default=60.0, gt=0)
     flight_recorder_dirs: list[Path] = Field(

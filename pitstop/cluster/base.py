@@ -45,6 +45,15 @@ def validate_job_id(job_id: str | int) -> str:
     return text
 
 
+NODE_PLACEHOLDER = "{node}"
+
+
+def for_node(argv: list[str], node: str) -> list[str]:
+    """`{node}` in a configured command is the node's name (e.g. `cat /shared/kern/{node}.log`
+    where kernel logs are collected centrally). Plain replace: other braces stay as written."""
+    return [a.replace(NODE_PLACEHOLDER, node) if isinstance(a, str) else a for a in argv]
+
+
 class NodeInfo(BaseModel):
     name: str
     state: str = Field(description="base state, upper case: IDLE, ALLOCATED, MIXED, DOWN, ...")

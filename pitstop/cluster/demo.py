@@ -34,6 +34,7 @@ from pitstop.cluster.base import (
     refuse_env_in_place,
     requeue_with_changes,
     validate_job_changes,
+    for_node,
     validate_job_id,
     validate_node_name,
 )
@@ -426,6 +427,7 @@ class DemoCluster:
         started = time.monotonic()
         try:
             validate_node_name(host)
+            argv = for_node(argv, host)
             with self._locked():
                 state = self._read()
             node = state.nodes.get(host)

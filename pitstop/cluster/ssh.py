@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pitstop.cluster.base import HostResult, HostStatus, InvalidIdentifier, validate_node_name
+from pitstop.cluster.base import HostResult, HostStatus, InvalidIdentifier, for_node, validate_node_name
 from pitstop.config import SshSettings
 
 if TYPE_CHECKING:  # paramiko costs ~100 ms to import; only pay it when SSH is used
@@ -65,8 +65,8 @@ class SshRunner:
             return HostResult(host=str(host), status=status, duration_s=time.monotonic() - started, **fields)
 
         try:
-            address, port = self.address_of(host)
-            command = self._command(argv, timeout)
+            address, port = self.address_of(host)  # validates host before it reaches the argv
+            command = self._command(for_node(argv, host), timeout)
         except (InvalidIdentifier, ValueError) as exc:
             return result(HostStatus.ERROR, error=str(exc))
         where = f"{host} ({address}:{port})" if address != host or port != 22 else host

@@ -175,3 +175,10 @@ def test_env_cannot_be_changed_in_place(cluster) -> None:
     job_id, _ = _failed_job(cluster)
     with pytest.raises(ClusterError, match="in place"):
         cluster.update_job(job_id, JobChanges(env={"NCCL_DEBUG": "INFO"}))
+
+
+def test_node_placeholder_in_configured_commands() -> None:
+    from pitstop.cluster.base import for_node
+
+    assert for_node(["cat", "/shared/kern/{node}.log", "{x}"], "gpu03") == ["cat", "/shared/kern/gpu03.log", "{x}"]
+

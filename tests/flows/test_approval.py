@@ -4,6 +4,7 @@ ApprovalForm; another thread answers it with `resume_flow_run`, or nobody does (
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 from uuid import UUID
@@ -54,6 +55,12 @@ def _answer_when_paused(home, run_input: dict | None, errors: list, nth: int = 0
     return thread
 
 
+def _api_url(setting) -> str:
+    """The session server's API: Prefect's settings context does not follow into a thread (the
+    approver), the environment the prefect_server fixture set does."""
+    return os.environ.get("PREFECT_API_URL") or setting.value()
+
+
 def paused_form(run_id: str) -> dict | None:
     """What the UI's Resume dialog reads, once the run is Paused and its form is saved: the run
     input keyset from the paused state, then GET /flow_runs/<id>/input/<key> for the schema and
@@ -67,7 +74,7 @@ def paused_form(run_id: str) -> dict | None:
         return None
     found = {"state": state, "keyset": keyset}
     for name in ("schema", "description"):
-        response = httpx.get(f"{PREFECT_API_URL.value()}/flow_runs/{run_id}/input/{keyset[name]}", timeout=10)
+        response = httpx.get(f"{_api_url(PREFECT_API_URL)}/flow_runs/{run_id}/input/{keyset[name]}", timeout=10)
         if response.status_code != 200:
             return None
         found[name] = response.json()
@@ -207,7 +214,7 @@ def _artifacts(key: str, run_id: str) -> list[dict]:
     import httpx
     from prefect.settings import PREFECT_API_URL
 
-    response = httpx.post(f"{PREFECT_API_URL.value()}/artifacts/filter",
+    response = httpx.post(f"{_api_url(PREFECT_API_URL)}/artifacts/filter",
                           json={"artifacts": {"key": {"any_": [key]}, "flow_run_id": {"any_": [run_id]}}}, timeout=10)
     response.raise_for_status()
     return response.json()

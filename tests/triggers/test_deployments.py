@@ -55,6 +55,9 @@ def served(warm_prefect, isolated_home: Path) -> Iterator[dict]:
         "PITSTOP_HOME": str(isolated_home),
         "PITSTOP_CLUSTER": "demo",
         "PITSTOP_MODE": "act",
+        # a demo Xid 79 GPU stays dead after its reboot: the incident climbs to the RMA ticket,
+        # which asks a human; nobody answers here, so the run ends (denied) instead of waiting
+        "PITSTOP_PIPELINE__APPROVAL_TIMEOUT_S": "2",
         "PREFECT_API_URL": warm_prefect.api_url,
         "PITSTOP_TRIGGERS__HEALTH_SWEEP_CRON": NO_SWEEP_CRON,
         "PITSTOP_TRIGGERS__RUNNER_POLL_S": "1",

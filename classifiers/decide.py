@@ -7,6 +7,7 @@ lowers the confidence. A success hit never wins against a scheduler fact that sa
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
@@ -18,6 +19,8 @@ from classifiers.scan import Hit
 from classifiers.scheduler_facts import FactHit
 
 MAX_EVIDENCE = 5
+_CATALOGUED_XID = re.compile(r"xid-[0-9]+")
+XID_WEAK = 26  # classifiers.xid_rules.WEAK: informational/sympathetic Xids never take over
 _CLOSE_PRIORITY = 5  # a rival cause within this many priority points makes us less sure
 
 
@@ -32,6 +35,7 @@ class Candidate(BaseModel):
     evidence: Evidence
     last: Evidence | None = None  # the same rule's last line in this source, when not the first
     order: tuple[int, int, int]  # (source rank, line, rule row): earlier wins ties
+    defers_to_xid: bool = False  # see Rule.defers_to_xid
 
 
 def candidates_from(
@@ -49,6 +53,7 @@ def candidates_from(
                     last=(Evidence(line=hit.last_line, text=hit.last_text or "", source=hit.source)
                           if hit.last_line is not None else None),
                     order=(rank, hit.line, hit.rule_index),
+                    defers_to_xid=rule.defers_to_xid,
                 )
             )
     for fact in facts:
@@ -74,6 +79,10 @@ def decide(candidates: Sequence[Candidate]) -> Verdict:
             hint="nothing recognisable in the log or scheduler facts: read the log tail",
         )
     ranked = sorted(pool, key=lambda c: (-c.priority, c.order))
+    if ranked[0].defers_to_xid:
+        xid = next((c for c in ranked if _CATALOGUED_XID.fullmatch(c.signature) and c.priority > XID_WEAK), None)
+        if xid is not None:  # the driver's own record of the event outranks the app's wording of it
+            ranked = [xid, *[c for c in ranked if c is not xid]]
     winner = ranked[0]
     same = [c for c in ranked[1:] if c.cause is winner.cause]
     rival = next((c for c in ranked[1:] if c.cause is not winner.cause), None)

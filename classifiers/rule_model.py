@@ -28,6 +28,10 @@ class Rule(BaseModel):
     hint: str = Field(description="what an operator should do, in one line")
     confidence: float = Field(default=0.9, ge=0.0, le=1.0)
     caseless: bool = True
+    defers_to_xid: bool = Field(
+        default=False,
+        description="an application's wording of a GPU event: a catalogued Xid for it, when present, decides",
+    )
 
     @field_validator("pattern")
     @classmethod

@@ -71,8 +71,11 @@ RULES: tuple[Rule, ...] = (
     _r("xid-{1}", G, 25, XID + r"([0-9]+)\b",
        "other Xid: look it up in the NVIDIA Xid catalog before acting", confidence=0.5),
     # --- GPU memory (HBM/ECC) -------------------------------------------------------------------
+    # CUDA's words for what the driver logs as an Xid: a job on a GPU with a contained Xid 94 dies
+    # with "uncorrectable ECC error encountered" too. With the Xid in the evidence, NVIDIA's bucket
+    # for that Xid decides (94: restart the app; 95: reset the GPU), not this line.
     _r("ecc-uncorrectable", M, 99, r"uncorrectable ECC error|ECC_UNCORRECTABLE|ECCUncorrectable",
-       "uncorrectable ECC error: " + RESET),
+       "uncorrectable ECC error: " + RESET, defers_to_xid=True),
     _r("ecc-double-bit", M, 98, r"double[- ]bit (ECC )?error (has been )?detected|uncorrectable double[- ]bit|\(DBE\)", "double-bit ECC error: " + RESET),
     _r("row-remap-failure", M, 98, r"row remap(ping)? fail|remapped rows? (failure|pending)|page retirement fail",
        "row-remapping failure: drain the node; RMA the GPU"),

@@ -8,6 +8,7 @@ action's effect, so a re-run confirms it instead of doing it twice.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from prefect import task
@@ -53,14 +54,32 @@ def _resume(ctx: PipelineContext, a: PlannedAction, facts: dict) -> ActResult:
     return ActResult(ok=True, summary=f"resumed {a.target}")
 
 
+REBOOTING_FLAGS = frozenset({"REBOOT", "REBOOT_REQUESTED", "REBOOT_ISSUED"})
+
+
 def _reboot(ctx: PipelineContext, a: PlannedAction, facts: dict) -> ActResult:
+    """Request the reboot, then wait (pipeline.reboot_wait_s, 0 = do not wait) until the node is
+    back: the check after a reboot must see the rebooted node, not one still going down."""
     ctx.scheduler.reboot(a.target, a.reason or "pitstop: reboot")
-    return ActResult(ok=True, summary=f"reboot of {a.target} requested")
+    wait_s = ctx.settings.pipeline.reboot_wait_s
+    if wait_s <= 0:
+        return ActResult(ok=True, summary=f"reboot of {a.target} requested (not waited for: pipeline.reboot_wait_s = 0)")
+    deadline = time.monotonic() + wait_s
+    info = ctx.scheduler.node(a.target)
+    while REBOOTING_FLAGS & set(info.flags) and time.monotonic() < deadline:
+        time.sleep(ctx.settings.pipeline.reboot_poll_s)
+        info = ctx.scheduler.node(a.target)
+    state = "+".join([info.state, *info.flags])
+    if REBOOTING_FLAGS & set(info.flags) or "reboot timed out" in (info.reason or ""):
+        return ActResult(ok=False, summary=f"{a.target} did not come back from its reboot within {wait_s:g} s (state {state})")
+    if info.is_down:
+        return ActResult(ok=False, summary=f"{a.target} is {state} after its reboot")
+    return ActResult(ok=True, summary=f"rebooted {a.target} (state {state})")
 
 
 def _gpu_reset(ctx: PipelineContext, a: PlannedAction, facts: dict) -> ActResult:
     result = ctx.runner.run(a.target, ["nvidia-smi", "--gpu-reset"], ctx.settings.pipeline.node_check_timeout_s)
-    ok = result.status is HostStatus.OK
+    ok = result.status is HostStatus.OK and result.exit_code == 0  # SSH answers OK for a failed command
     detail = (result.stdout or result.stderr or result.error or "").strip()[:300]
     return ActResult(ok=ok, summary=f"GPU reset on {a.target} {'done' if ok else 'failed'}: {detail}")
 
@@ -109,6 +128,8 @@ def _diag(ctx: PipelineContext, a: PlannedAction, facts: dict) -> ActResult:
         dcgm_text = f"dcgmi diag -r {level} on {a.target}: {'passed' if dcgm_ok else 'FAILED'}"
     summary = f"{dcgm_text}; {check_text}"
     details = {"passed": passed, "summary": summary, "tool": tool, "level": level,
+               # no DCGM for a deep level and the quick check found nothing: unproven either way
+               "could_not_run": missing and level > 1 and check_ok,
                "dcgm_output": (result.stdout or "")[-4000:], "failing_checks": failing}
     facts.setdefault("diag", {})[a.target] = details
     return ActResult(ok=True, summary=summary, details=details)

@@ -201,13 +201,27 @@ def resolve_approval(ctx: PipelineContext, incident_id: int, seq: int, approved:
     return records.resolve_approval(ctx.store, incident_id, seq, approved, comment)
 
 
+# notify action -> the audience whose delivery settles it
+NOTIFY_AUDIENCE = {"notify_ops": "ops", "notify_user": "user"}
+
+
+def _settled(kind: str, deliveries) -> tuple[str, str]:
+    """(state, summary) of one notify action from its own audience's delivery: a user nobody
+    could write to was not told, whatever happened to the ops mail."""
+    audience = NOTIFY_AUDIENCE[kind]
+    mine = [d for d in deliveries if d.audience == audience]
+    if not mine:
+        return "skipped", f"not sent: no address for the {audience} (pipeline.user_notify_url)"
+    ok = any(_delivered(d) for d in mine)
+    return ("done" if ok else "failed"), "; ".join(f"{d.audience}: {d.summary}" for d in mine)
+
+
 def finish_notifications(ctx: PipelineContext, incident_id: int, deliveries) -> None:
-    """Journal rows for notify_* actions become done (or failed) once the message went out."""
-    ok = any(_delivered(d) for d in deliveries)
-    summary = "; ".join(f"{d.audience}: {d.summary}" for d in deliveries)
+    """Journal rows for notify_* actions become done / failed / skipped once the messages went out."""
     for entry in entries(ctx, incident_id):
-        if entry.kind in {"notify_ops", "notify_user"} and entry.state in {"intended", "running"}:
-            records.finish_action(ctx.store, incident_id, entry.seq, "done" if ok else "failed", summary)
+        if entry.kind in NOTIFY_AUDIENCE and entry.state in {"intended", "running"}:
+            state, summary = _settled(entry.kind, deliveries)
+            records.finish_action(ctx.store, incident_id, entry.seq, state, summary)
 
 
 def _delivered(delivery) -> bool:
@@ -215,11 +229,12 @@ def _delivered(delivery) -> bool:
 
 
 def settle_notify_lines(lines, deliveries) -> None:
-    """Report lines for notify_* actions show how the notification went."""
-    ok = any(_delivered(d) for d in deliveries)
+    """Report lines for notify_* actions show how their own notification went."""
     for line in lines:
-        if line.kind in {"notify_ops", "notify_user"} and line.state == "intended":
-            line.state = "done" if ok else "failed"
+        if line.kind in NOTIFY_AUDIENCE and line.state == "intended":
+            line.state, detail = _settled(line.kind, deliveries)
+            if line.state == "skipped":
+                line.detail = detail
 
 
 # --- tickets, nodes, breakers ---------------------------------------------------------------

@@ -27,6 +27,9 @@ from tasks.message import ActionLine
 
 SAFE_TO_REDO = frozenset({ActionKind.DRAIN, ActionKind.DIAG, ActionKind.NONE})
 EXECUTED_STATES = frozenset({"done", "failed", "denied"})  # only execution/answers lead here
+# Steps that only make sense if the ladder rung before them worked (the check and resume after a
+# GPU reset or a reboot); after a failed rung they are skipped and the escalation climbs.
+AFTER_A_RUNG = frozenset({ActionKind.DIAG, ActionKind.RESUME})
 MAX_ROUNDS = 8  # plan + escalations; every default ladder has at most four rungs
 
 
@@ -66,6 +69,7 @@ def carry_out(
 def _finished_line(action: PlannedAction, row: journal.JournalEntry, outcome: RemediationOutcome) -> ActionLine:
     if action.kind is ActionKind.DIAG and row.details:
         outcome.facts.setdefault("diag", {})[action.target] = row.details
+    _note_rung(action, row.state, outcome)
     if action.kind is ActionKind.DRAIN and row.state == "denied":  # a re-run must not ask again
         outcome.facts.setdefault("denied_drains", []).append(action.target)
     why = row.result or action.would_do_why or action.blocked_why
@@ -108,6 +112,13 @@ def _one(ctx, incident_id, action: PlannedAction, outcome, ask_approval, rma, as
     if action.kind in NOTIFYING:
         line.state, line.detail = "intended", "sent with the incident notification"
         return line
+    failed_rung = outcome.facts.setdefault("failed_rung", {}).get(action.target)
+    if failed_rung and action.rung is None and action.kind in AFTER_A_RUNG:
+        # The fix did not happen: checking and resuming now would return a node nobody fixed.
+        result = f"not done: the {failed_rung} of {action.target} failed; the ladder climbs instead"
+        journal.finish(ctx, incident_id, seq, "skipped", result)
+        line.state, line.detail = "skipped", result
+        return line
     denied_drains = outcome.facts.setdefault("denied_drains", [])
     if action.target in denied_drains and action.kind in NODE_TARGETED:
         # The human said no to taking this node out: do not ask again for each step after it.
@@ -143,9 +154,21 @@ def _one(ctx, incident_id, action: PlannedAction, outcome, ask_approval, rma, as
         state, summary, details = result.state, result.summary, result.details
     journal.finish(ctx, incident_id, seq, state, summary, details)
     _after(ctx, incident_id, action)
+    _note_rung(action, state, outcome)
     line.state = state
     line.detail = f"{line.detail}; {summary}" if line.detail else summary
     return line
+
+
+def _note_rung(action: PlannedAction, state: str, outcome: RemediationOutcome) -> None:
+    """Remember, per node, whether the ladder rung last run there failed (see AFTER_A_RUNG)."""
+    if action.rung is None or action.target_type != "node":
+        return
+    failed = outcome.facts.setdefault("failed_rung", {})
+    if state == "failed":
+        failed[action.target] = action.kind.value
+    else:
+        failed.pop(action.target, None)
 
 
 def _after(ctx: PipelineContext, incident_id: int, action: PlannedAction) -> None:

@@ -146,12 +146,14 @@ class SlurmScheduler:
         return None
 
     def reboot(self, node: str, reason: str) -> None:
-        """Reboot once running jobs end (ASAP drains it meanwhile), then return it to service."""
+        """Reboot the node once its jobs end. A node already drained stays drained afterwards
+        (plain `scontrol reboot`): Pitstop's own resume, after the check passes, returns it.
+        scontrol(1): the DRAIN flag is cleared after the reboot if it was ASAP or had a
+        nextstate, so those forms would put a node Pitstop wants kept out back into service.
+        A node not drained gets ASAP, so that no new job starts on it before the reboot."""
         node = validate_node_name(node)
-        self._run(
-            "scontrol",
-            ["reboot", "ASAP", "nextstate=RESUME", f"reason={check_reason(reason)}", node],
-        )
+        asap = [] if self.node(node).is_drained else ["ASAP"]
+        self._run("scontrol", ["reboot", *asap, f"reason={check_reason(reason)}", node])
 
     def requeue(self, job_id: str, hold: bool = False) -> None:
         job_id = validate_job_id(job_id)

@@ -12,6 +12,7 @@ Each `PlannedAction` says what to do and whether to do it:
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Literal
 
@@ -316,7 +317,7 @@ def _expand(
                 exclude += [n for n in acting + decision.suspect_nodes if n not in exclude]
             limit = None
             if t.time_limit_factor and job.time_limit_min:
-                limit = int(job.time_limit_min * t.time_limit_factor)
+                limit = math.ceil(job.time_limit_min * t.time_limit_factor)  # 1 min x 1.5 is 2, not 1
                 if t.max_time_limit_min:
                     limit = min(limit, t.max_time_limit_min)
                 limit = max(limit, job.time_limit_min)

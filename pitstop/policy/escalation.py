@@ -31,13 +31,15 @@ class StepOutcome(BaseModel):
 
     state: str = Field(description="intended | awaiting_approval | running | done | failed | skipped | denied | would_do")
     passed: bool | None = Field(default=None, description="diag: did the node pass")
+    could_not_run: bool = Field(default=False, description="diag: the level asked for could not run (no DCGM)")
     ticket_id: int | None = None
 
     @classmethod
     def from_journal(cls, state: str, params: dict | None) -> "StepOutcome":
         """From an action-journal row (its state and params; results sit in result_details)."""
         details = (params or {}).get("result_details") or {}
-        return cls(state=state, passed=details.get("passed"), ticket_id=details.get("ticket_id"))
+        return cls(state=state, passed=details.get("passed"), ticket_id=details.get("ticket_id"),
+                   could_not_run=bool(details.get("could_not_run")))
 
 
 class EndState(StrEnum):
@@ -86,6 +88,8 @@ def _should_climb(top: PlannedAction, steps: list[PlannedAction], outcomes: dict
         return False  # a human said no: never climb past them
     if _resumed(after, outcomes):
         return False
+    if any(a.kind is ActionKind.DIAG and outcomes[a.seq].could_not_run for a in after):
+        return False  # nothing proved the node bad (e.g. no DCGM for level 3): a person decides
     rung_failed = _state(top, outcomes) == "failed"
     check_failed = any(
         a.kind is ActionKind.DIAG and (outcomes[a.seq].passed is False or _state(a, outcomes) == "failed")
@@ -182,7 +186,9 @@ def _end_of(node: str, steps: list[PlannedAction], policy: Policy, outcomes: dic
     if not drained:
         return NodeEnd(node=node, state=EndState.NOT_ACTED, detail="not changed by Pitstop")
     refused = next((a for a in steps if state(a) == "denied"), None)
+    unrun = next((a for a in steps if a.kind is ActionKind.DIAG and a.seq in outcomes and outcomes[a.seq].could_not_run), None)
     why = (f"{refused.kind.value} was denied" if refused else
+           f"diagnostics level {unrun.diag_level} could not run there (no DCGM)" if unrun else
            "the escalation ladder is exhausted" if _top_rung(steps) is not None else "no automatic step left")
     return NodeEnd(node=node, state=EndState.HANDED_OVER, owner=policy.handover_to,
                    detail=f"stays drained, handed to {policy.handover_to}: {why}")

@@ -123,3 +123,19 @@ def test_lost_mpi_daemon_is_the_node_unless_the_log_shows_the_fabric_failing() -
     assert classify_text(older).signature == "mpi-lost-daemon"
     ib = "gpu7:3468:3905 [4] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.0.0.2<54862> with status=12"
     assert classify_text(ib + "\n" + orte).cause is Cause.NETWORK_FABRIC
+
+
+def test_cuda_ecc_wording_defers_to_the_catalogued_xid_in_the_kernel_log() -> None:
+    """A job on a GPU with a contained Xid 94 dies with CUDA's "uncorrectable ECC error": NVIDIA's
+    bucket for the Xid (RESTART_APP) must decide, not the sticky ECC rule; without the Xid the
+    CUDA line still names the fault."""
+    from classifiers import classify_text
+
+    log = "RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+    for xid in (94, 95):
+        kernel = f"NVRM: Xid (PCI:0000:3b:00): {xid}, pid=1, name=python, Contained: SM (0x1).\n"
+        v = classify_text(log, kernel_text=kernel)
+        assert v.signature == f"xid-{xid}" and any("uncorrectable ECC" in e.text for e in v.evidence)
+    assert classify_text(log).signature == "ecc-uncorrectable"
+    # an informational Xid (63, IGNORE) does not take over
+    assert classify_text(log, kernel_text="NVRM: Xid (PCI:0000:3b:00): 63, pid=1, Row Remapper\n").signature == "ecc-uncorrectable"

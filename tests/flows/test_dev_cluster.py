@@ -51,6 +51,7 @@ def cluster_env(slurm_cluster, sshd, mailbox, use_policy, monkeypatch, tmp_path)
     use_policy(**SMALL_CLUSTER_LIMITS)
     monkeypatch.setenv("PITSTOP_PIPELINE__APPROVAL_TIMEOUT_S", "3")  # an unexpected question fails fast
     monkeypatch.setenv("PITSTOP_CLUSTER", "slurm")
+    monkeypatch.setenv("PITSTOP_PIPELINE__REBOOT_WAIT_S", "0")  # the dev cluster's RebootProgram is /bin/true: a reboot never completes, so do not wait for it
     monkeypatch.setenv("PITSTOP_MODE", "act")
     monkeypatch.setenv("PITSTOP_SLURM__CONF_PATH", str(slurm_cluster.conf_path))
     monkeypatch.setenv("PITSTOP_SLURM__CLUSTER_NAME", "devcluster")

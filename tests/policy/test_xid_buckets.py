@@ -14,7 +14,7 @@ import pytest
 from classifiers.xid_rules import CAUSE_OF
 from pitstop.cluster.base import JobRecord, NodeInfo
 from pitstop.config import Mode
-from pitstop.models import Cause, Verdict
+from pitstop.models import Verdict
 from pitstop.node.xid import XID_CATALOG
 from pitstop.policy import ActionKind, load_policy
 from pitstop.policy.decide import decide

@@ -82,6 +82,7 @@ def dev(slurm_cluster, sshd, mailbox, monkeypatch, tmp_path):  # noqa: F811
     assert all("DRAIN" not in s for s, _ in before.values()), f"dev cluster not clean at start: {before}"
     monkeypatch.setenv("PITSTOP_PIPELINE__APPROVAL_TIMEOUT_S", "3")  # no answer = deny, quickly
     monkeypatch.setenv("PITSTOP_CLUSTER", "slurm")
+    monkeypatch.setenv("PITSTOP_PIPELINE__REBOOT_WAIT_S", "0")  # the dev cluster's RebootProgram is /bin/true: a reboot never completes, so do not wait for it
     monkeypatch.setenv("PITSTOP_MODE", "act")
     monkeypatch.setenv("PITSTOP_SLURM__CONF_PATH", str(slurm_cluster.conf_path))
     monkeypatch.setenv("PITSTOP_SLURM__CLUSTER_NAME", "devcluster")

@@ -76,6 +76,7 @@ def served_on_slurm(warm_prefect, slurm_cluster, sshd, mailbox, isolated_home: P
         **{k: v for k, v in os.environ.items() if not k.startswith("PITSTOP_")},
         "PITSTOP_HOME": str(isolated_home),
         "PITSTOP_CLUSTER": "slurm",
+        "PITSTOP_PIPELINE__REBOOT_WAIT_S": "0",  # the dev cluster's RebootProgram is /bin/true: a reboot never completes, so do not wait for it
         "PITSTOP_MODE": "act",
         "PITSTOP_POLICY__FILE": str(policy),
         "PITSTOP_NOTIFY__URLS": json.dumps([mailbox.url]),
@@ -92,6 +93,9 @@ def served_on_slurm(warm_prefect, slurm_cluster, sshd, mailbox, isolated_home: P
         "PITSTOP_TRIGGERS__HEALTH_SWEEP_CRON": NO_SWEEP_CRON,
         "PITSTOP_TRIGGERS__RUNNER_POLL_S": "1",
         "PITSTOP_TRIGGERS__FLUSH_INTERVAL_S": "1",
+        # the automation path alone: a reconciler here would also answer other tests' events on
+        # the shared server (tests/triggers/test_reconcile_prefect.py covers reconciliation)
+        "PITSTOP_TRIGGERS__RECONCILE_INTERVAL_S": "0",
         "SLURM_CONF": str(slurm_cluster.conf_path),
         "PREFECT_API_URL": warm_prefect.api_url,
     }

@@ -623,6 +623,19 @@ def get_mode(store: Store, default: Mode = Mode.OBSERVE, default_canary_partitio
 # --- history for decisions ------------------------------------------------------------------
 
 
+def _blamed(incident: Incident) -> list[str]:
+    """The nodes an incident held at fault: its decision's, else the alarmed node, else a one-node
+    job's node. Not every node of a multi-node job: an Xid on one of 2,048 nodes must not climb
+    the ladder (or the lemon count) of the other 2,047."""
+    decision = incident.decision or {}
+    if "faulty_nodes" in decision:
+        return list(decision.get("faulty_nodes") or [])
+    if incident.kind == "node" and incident.node:
+        return [incident.node]
+    nodes = list(incident.nodes or [])
+    return nodes if len(nodes) == 1 else []
+
+
 def load_history(
     store: Store,
     *,
@@ -651,11 +664,14 @@ def load_history(
     with store.session() as s:
         same = 0
         if job_id is not None:
-            q = select(func.count()).select_from(Incident).where(
+            q = select(Incident).where(
                 Incident.cluster == cluster, Incident.job_id == job_id, Incident.signature == signature)
             if exclude_incident_id is not None:
                 q = q.where(Incident.id != exclude_incident_id)
-            same = s.exec(q).one()
+            # "Failed the same way" = the same signature, on a node the job can still land on (or
+            # on no node in particular): a fault on a node the requeue excluded since is not the
+            # job repeating itself (the third Xid 79 of a long run, each on another node).
+            same = sum(1 for i in s.exec(q) if not _blamed(i) or set(_blamed(i)) & set(nodes))
         recent = list(s.exec(select(Incident).where(Incident.cluster == cluster, Incident.created_at >= since)))
         drains = list(s.exec(
             select(ActionRecord).join(Incident, Incident.id == ActionRecord.incident_id).where(
@@ -666,7 +682,7 @@ def load_history(
     node_incidents: dict[str, list[PastIncident]] = {n: [] for n in nodes}
     signals: dict[str, LemonSignals] = {}
     for n in nodes:
-        mine = [i for i in recent if n in (i.nodes or []) and i.id != exclude_incident_id]
+        mine = [i for i in recent if n in _blamed(i) and i.id != exclude_incident_id]
         for i in mine:
             try:
                 cause = Cause(i.cause)

@@ -220,3 +220,19 @@ def test_concurrent_sweeps_count_an_xid_once(store: Store) -> None:
     assert not errors
     assert sum(out) == 5
     assert r.list_nodes(store, "c")[0].xid_counts == {"79": 5}
+
+
+def test_history_blames_only_the_nodes_an_incident_held_at_fault(store: Store) -> None:
+    """A multi-node job's incident counts on the nodes its decision blamed, not on every node of
+    the job; and a same-signature failure on a node the requeue excluded since is not a repeat."""
+    first, _ = r.create_job_incident(store, cluster="c", job_id="7", end_time=END, verdict=XID79,
+                                     nodes=["n1", "n2", "n3", "n4"])
+    r.save_decision(store, first.id, {"faulty_nodes": ["n2"]})
+    unblamed, _ = r.create_job_incident(store, cluster="c", job_id="8", end_time=END, verdict=XID79,
+                                        nodes=["n1", "n3"])  # no decision saved, two nodes: nobody
+    h = r.load_history(store, cluster="c", now=NOW, signature="xid-79", job_id="7", nodes=["n1", "n3", "n4", "n5"])
+    assert h.node_incidents["n1"] == [] and h.lemon_signals["n1"].node_faults == 0
+    assert h.job_same_failures == 0  # n2 was excluded: the job now runs on n1, n3-n5
+    h = r.load_history(store, cluster="c", now=NOW, signature="xid-79", job_id="7", nodes=["n2", "n3"])
+    assert [i.id for i in h.node_incidents["n2"]] == [first.id] and h.job_same_failures == 1
+    assert unblamed.id not in {i.id for lst in h.node_incidents.values() for i in lst}

@@ -98,6 +98,10 @@ RULES: tuple[Rule, ...] = (
     _r("node-lost-orchestrator", NO, 88, r"NodeDiedError|NodeNotReady|node[^\n]{0,60} (is|became) NotReady|NodeLost|Node [^\n]{0,60}is unreachable|^[^\n \t]+ +NotReady +",
        "the orchestrator lost a node (Ray/Kubernetes): check that node; requeue"),
     _r("kernel-panic", NO, 90, r"Kernel panic|kernel BUG at", "the node's kernel crashed: drain and inspect"),
+    # The kernel's PCIe Advanced Error Reporting: a FATAL uncorrected error on the path to a GPU
+    # (the GPU itself, its riser, PCIe switch or IO board), not the job; corrected ones are noise.
+    _r("pcie-aer-fatal", G, 95, r"AER: (Multiple )?Uncorrect(ed|able) \(Fatal\)",
+       "fatal PCIe error on the path to a GPU (GPU, riser, switch, IO board): drain, reboot, deep check; RMA if it recurs"),
     _r("node-not-responding", NO, 88, r"node[^\n]{0,60} not responding|lost connection to (the )?node",
        "a node stopped responding: check it; requeue"),
     # Slurm's own node reasons and states (upper case: `sinfo -R`, `scontrol show node`).

@@ -53,6 +53,8 @@ CASES: list[tuple[str, str, str]] = [
     (" ORTE has lost communication with its daemon located on node:", "node_failure", "mpi-lost-daemon"),
     ("An MPI communication peer process has unexpectedly disconnected.  This", "node_failure", "mpi-peer-disconnected"),
     ("Kernel panic - not syncing: Fatal exception in interrupt", "node_failure", "kernel-panic"),
+    ("pcieport 0000:00:01.0: AER: Uncorrected (Fatal) error received: 0000:3b:00.0", "gpu_hardware", "pcie-aer-fatal"),
+    ("pcieport 0000:00:03.1: AER: Multiple Uncorrected (Fatal) error received: 0000:41:00.0", "gpu_hardware", "pcie-aer-fatal"),
     ("srun: error: Node gpu012 not responding, setting DOWN", "node_failure", "node-not-responding"),
     ("ray.exceptions.NodeDiedError: Task failed due to the node (where this task was running) dying.", "node_failure", "node-lost-orchestrator"),
     ("Message[1] job cancelled - job preempted (node failure)", "node_failure", "slurm-node-fail"),

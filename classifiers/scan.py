@@ -32,6 +32,7 @@ from pitstop.models import Cause
 
 from classifiers.engines import LAST_MIN_PRIORITY, Engine
 from classifiers.rule_model import Rule
+from classifiers.transcode import utf8_view
 
 WINDOW_BYTES = 8 * 1024 * 1024
 MAX_CARRY_BYTES = 1024 * 1024  # a partial line longer than this is cut
@@ -352,7 +353,9 @@ def scan_stream(
     """First hit per rule over the whole stream, with its last line where that can be evidence.
 
     `prune=False` scans every rule over every window (the reference the pruning is tested against).
+    A UTF-16/32 log (byte-order mark) is scanned as the UTF-8 of its text (classifiers.transcode).
     """
+    stream = utf8_view(stream)
     fd = _regular_file_fd(stream)
     counter = _FileLineCounter(fd) if fd is not None else None
     examine = _Examiner(engine, rules, defer_counting=counter is not None)

@@ -12,7 +12,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -73,6 +73,10 @@ class SshSettings(BaseModel):
     connect_retries: int = Field(default=2, ge=0, description="retries of a failed connect only")
     retry_backoff_s: float = Field(default=0.5, ge=0, description="first retry delay; doubles")
     pool_per_host: int = Field(default=4, ge=0, description="idle connections kept per host")
+    pool_max_idle: int = Field(default=4096, ge=0, description="idle connections kept in all (oldest closed first)")
+    pool_idle_s: float = Field(
+        default=600.0, gt=0, description="an idle connection older than this is closed, not reused"
+    )
     max_output_bytes: int = Field(default=1024 * 1024, ge=1024, description="per stream")
     remote_timeout: bool = Field(
         default=True, description="run commands under timeout(1) so an abandoned one dies remotely"
@@ -123,6 +127,33 @@ class TriggerSettings(BaseModel):
     fast_lane_poll_s: float = Field(default=0.25, gt=0, description="how often the fast lane polls")
     server_port: int = Field(default=4200, ge=1, le=65535, description="local server of `pitstop up`")
     spool_keep_sent: int = Field(default=1000, ge=0, description="delivered events kept for audit")
+    # Reconciliation (deployments/reconcile.py): Prefect's automation is the fast path; this
+    # catches what it dropped (503 / "database is locked" in a burst) and runs that died.
+    reconcile_interval_s: float = Field(
+        default=60.0, ge=0, description="`pitstop up`'s reconciliation pass every N s; 0 turns the loop off"
+    )
+    reconcile_lookback_s: float = Field(
+        default=6 * 3600.0, gt=0,
+        description="events this old are still checked for a missing run (must exceed grace + interval)",
+    )
+    reconcile_grace_s: float = Field(
+        default=120.0, ge=0, description="events (and run states) younger than this are left to the automation"
+    )
+    reconcile_stale_s: float = Field(
+        default=600.0, gt=0, description="a running flow run with no incident after this long has died"
+    )
+    reconcile_max_attempts: int = Field(
+        default=5, ge=1, description="flow runs per event or incident before reconciliation reports it instead"
+    )
+
+    @model_validator(mode="after")
+    def _lookback_covers_a_pass(self) -> "TriggerSettings":
+        # An event must still be inside the window at the first pass after its grace ends.
+        needed = self.reconcile_grace_s + self.reconcile_interval_s
+        if self.reconcile_lookback_s <= needed:
+            raise ValueError(f"triggers.reconcile_lookback_s ({self.reconcile_lookback_s:g}) must exceed "
+                             f"reconcile_grace_s + reconcile_interval_s ({needed:g}), or events are never checked")
+        return self
 
 
 class MountThreshold(BaseModel):
@@ -194,6 +225,11 @@ class PipelineSettings(BaseModel):
         description="the quick node check run on nodes over SSH; {node} is the node's name",
     )
     node_check_timeout_s: float = Field(default=60.0, gt=0)
+    reboot_wait_s: float = Field(
+        default=900.0, ge=0,
+        description="wait this long for a rebooted node to come back before checking it (0: do not wait)",
+    )
+    reboot_poll_s: float = Field(default=5.0, gt=0, description="how often the reboot wait looks")
     flight_recorder_dirs: list[Path] = Field(
         default_factory=list,
         description="where jobs leave PyTorch NCCL flight-recorder dumps (besides the job's work dir)",

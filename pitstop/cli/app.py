@@ -18,7 +18,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pitstop.cli.cmd_node",  # node-check
     "pitstop.cli.cmd_hooks",  # epilog, prolog, spool
     "pitstop.cli.cmd_up",  # up
+    "pitstop.cli.cmd_reconcile",  # reconcile
     "pitstop.cli.cmd_pipeline",  # demo
+    "pitstop.cli.cmd_simulate",  # simulate
 )
 
 

@@ -39,6 +39,7 @@ class RunView(BaseModel):
     attachments_skipped: list[dict] = Field(default_factory=list)
     error: str | None = None
     source: str = Field(default="database", description="database | run directory")
+    abandoned: bool = Field(default=False, description="recorded as running, but its wrapper is gone; not settled yet")
 
     @field_validator("notify_status", "error")
     @classmethod
@@ -98,7 +99,7 @@ def _from_dir(run_dir: Path) -> RunView | None:
             confidence=verdict.get("confidence"), evidence=verdict.get("evidence") or [],
             notify_status=notify.get("status"),
             attachments_skipped=result.get("attachments_skipped") or [],
-            error=result.get("launch_error"), source="run directory",
+            error=result.get("launch_error") or result.get("note"), source="run directory",
         )
     except ValueError:
         return None
@@ -128,11 +129,51 @@ def _load(limit: int | None = None, run_id: str | None = None) -> list[RunView] 
         _err(str(exc))
         return None
     try:
-        return _from_db(settings, limit, run_id)
+        views = _from_db(settings, limit, run_id)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         _err(f"warning: cannot read the database ({redact_text(first[:300])}); reading {settings.runs_dir} instead")
-        return _from_dirs(settings, limit, run_id)
+        views = _from_dirs(settings, limit, run_id)
+    else:
+        # A run whose row never made it (wrapper killed before its background write, a locked
+        # database) is still on disk: show it from there.
+        known = {v.id for v in views}
+        extra = [v for v in _from_dirs(settings, limit, run_id) if v.id not in known]
+        if extra:
+            views = sorted(views + extra, key=_start_key, reverse=True)[:limit]
+    return [_marked(v) for v in views]
+
+
+def _start_key(view: RunView) -> datetime:
+    from datetime import timezone
+
+    at = view.started_at or datetime.min
+    return at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at  # the database's are naive UTC
+
+
+def _marked(view: RunView) -> RunView:
+    """A "running" run whose wrapper is gone (same host, not that process any more) is shown as
+    what it is; `pitstop runs show` settles it (classifies its logs and records that)."""
+    from pitstop.wrapper.settle import abandoned
+
+    if view.run_dir and abandoned(Path(view.run_dir), view.status):
+        return view.model_copy(update={"status": KILLED, "abandoned": True})
+    return view
+
+
+KILLED = "wrapper_killed"
+STATUS_TEXT = {KILLED: "wrapper killed"}
+
+
+def _settle(view: RunView) -> RunView:
+    from pitstop.cli.run_glue import classify_logs
+    from pitstop.wrapper.settle import record_in_store, settle
+
+    settings = load_settings()
+    settle(Path(view.run_dir), classify_logs, settings.wrapper.classify_timeout_s,
+           record_in_store(settings.effective_database_url, Path(view.run_dir)))
+    again = _load(run_id=view.id) or []
+    return next((v for v in again if v.id == view.id), view)
 
 
 def _when(dt: datetime | None) -> str:
@@ -167,11 +208,12 @@ def list_runs(limit: int, as_json: bool) -> int:
     table = Table(title=f"Most recent {len(views)} run(s)", box=box.SIMPLE, pad_edge=False)
     for column in ("ID", "Started (UTC)", "Status", "Exit", "Cause", "Duration", "Command"):
         table.add_column(column, overflow="fold", no_wrap=column != "Command")
-    style = {"succeeded": "green", "failed": "red", "not_started": "red", "running": "yellow"}
+    style = {"succeeded": "green", "failed": "red", "not_started": "red", "running": "yellow", KILLED: "red"}
     for v in views:
         cmd = command_text(v.command)
         table.add_row(
-            v.id, v.started_at.strftime("%m-%d %H:%M:%S") if v.started_at else "-", f"[{style.get(v.status, 'white')}]{v.status}[/]",
+            v.id, v.started_at.strftime("%m-%d %H:%M:%S") if v.started_at else "-",
+            f"[{style.get(v.status, 'white')}]{STATUS_TEXT.get(v.status, v.status)}[/]",
             "-" if v.exit_code is None else str(v.exit_code), v.cause or "-", _duration(v),
             (f"{v.name}: " if v.name else "") + (cmd if len(cmd) <= 80 else cmd[:79] + "…"),
         )
@@ -193,6 +235,8 @@ def show_run(run_id: str, as_json: bool) -> int:
         _err(f"{run_id!r} matches {len(views)} runs ({', '.join(v.id for v in views[:5])}...); give more of the id")
         return 1
     view = next((v for v in views if v.id == run_id), views[0])
+    if view.abandoned:
+        view = _settle(view)  # classify what the killed wrapper left, and record it: once
     if as_json:
         print(view.model_dump_json(indent=2))
         return 0
@@ -210,7 +254,7 @@ def show_run(run_id: str, as_json: bool) -> int:
     conf = f", confidence {view.confidence:.2f}" if view.confidence is not None else ""
     lines = [
         f"Run:        {view.id}" + (f" ({view.name})" if view.name else ""),
-        f"Status:     {view.status}",
+        f"Status:     {STATUS_TEXT.get(view.status, view.status)}",
         f"Cause:      {view.cause or '-'} (signature {view.signature or '-'}{conf})",
         f"Exit code:  {exit_text}",
         f"Command:    {command_text(view.command)}",

@@ -14,6 +14,7 @@ import os
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pitstop.events.spool import Spool, SpooledFile
@@ -163,20 +164,23 @@ def flush(
 
 
 def deliver_forever(
-    spool: Spool,
+    spool: Spool | Callable[[], list[Spool]],
     client: PrefectEventsClient,
     keep_sent: int,
     interval_s: float,
     stop,  # threading.Event
     on_report=None,
 ) -> None:
-    """`pitstop up`'s background deliverer: flush every `interval_s` until `stop` is set."""
+    """`pitstop up`'s background deliverer: flush every `interval_s` until `stop` is set.
+    `spool` may be a callable giving the spools to flush each time (fallback spools appear
+    whenever a hook could not write PITSTOP_HOME)."""
     while not stop.is_set():
-        try:
-            report = flush(spool, client, keep_sent=keep_sent, wait_for_lock=False)
-            if on_report is not None and (report.delivered or report.quarantined):
-                on_report(report)
-        except Exception as exc:  # keep the loop alive; the spool keeps the events
-            if on_report is not None:
-                on_report(FlushReport(errors=[f"{type(exc).__name__}: {exc}"]))
+        for one in (spool() if callable(spool) else [spool]):
+            try:
+                report = flush(one, client, keep_sent=keep_sent, wait_for_lock=False)
+                if on_report is not None and (report.delivered or report.quarantined):
+                    on_report(report)
+            except Exception as exc:  # keep the loop alive; the spool keeps the events
+                if on_report is not None:
+                    on_report(FlushReport(errors=[f"{type(exc).__name__}: {exc}"]))
         stop.wait(interval_s)

@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 
 from pitstop.cluster.hostlist import HostlistError, expand
 from pitstop.events.models import JobEnded
+from pitstop.ids import is_valid, shown
 
 MAX_VALUE_CHARS = 4096  # an env value is a fact, not a log: keep spool files small
 
@@ -77,31 +78,59 @@ def _epoch(value: str | None) -> datetime | None:
         return None
 
 
-def job_ended_from_env(env: Mapping[str, str], cluster: str) -> JobEnded:
+def valid_or_none(kind: str, value: str | None, variable: str, notes: list[str] | None) -> str | None:
+    """An optional id from the environment: kept when valid, else dropped with a note for the log
+    (it never reaches scontrol's argv, an apprise URL or a log line as it came)."""
+    if value is None or value == "" or is_valid(kind, value):
+        return value or None
+    if notes is not None:
+        notes.append(f"ignored {variable}={shown(value)}: not a valid {kind}")
+    return None
+
+
+def job_id_from_env(env: Mapping[str, str]) -> str:
+    """SLURM_JOB_ID, validated: `--help` or '1234\n' must not reach `scontrol show job`."""
     job_id = clean(env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"))
     if not job_id or not job_id.strip():
         raise HookEnvError(
             "SLURM_JOB_ID is not set: `pitstop epilog` must be run by Slurm as EpilogSlurmctld "
             "or Epilog (or with SLURM_JOB_ID and SLURM_JOB_EXIT_CODE set by hand)"
         )
+    if not is_valid("job id", job_id.strip(" ")):
+        raise HookEnvError(f"SLURM_JOB_ID={shown(job_id)} is not a Slurm job id; no event emitted")
+    return job_id.strip(" ")
+
+
+def job_ended_from_env(env: Mapping[str, str], cluster: str, notes: list[str] | None = None) -> JobEnded:
+    """The event of this hook run. Ids that are not what Slurm would give are refused (job id)
+    or dropped (cluster, user, node names), each with a line in `notes`."""
+    job_id = job_id_from_env(env)
     exit_code, signal = exit_and_signal(env)
     nodelist = clean(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST"))
     try:
         nodes = expand(nodelist) if nodelist and nodelist != "(null)" else []
     except HostlistError:
         nodes = []  # keep the raw nodelist in the payload; the flow reads the job record
+    bad_nodes = [n for n in nodes if not is_valid("node name", n)]
+    if bad_nodes:
+        nodes = [n for n in nodes if n not in bad_nodes]
+        if notes is not None:
+            notes.append(f"ignored {len(bad_nodes)} node name(s) in SLURM_JOB_NODELIST such as "
+                         f"{shown(bad_nodes[0])}: not valid node names")
     if not nodes and env.get("SLURMD_NODENAME"):
-        nodes = [clean(env["SLURMD_NODENAME"]) or ""]
+        node = valid_or_none("node name", clean(env["SLURMD_NODENAME"]), "SLURMD_NODENAME", notes)
+        nodes = [node] if node else []
     derived_code, _ = decode_wait_status(_int(env.get("SLURM_JOB_DERIVED_EC")))
     hook = "Epilog" if env.get("SLURMD_NODENAME") else "EpilogSlurmctld"
     return JobEnded(
-        cluster=clean(env.get("SLURM_CLUSTER_NAME")) or cluster,
-        job_id=job_id.strip(),
+        cluster=valid_or_none("cluster name", clean(env.get("SLURM_CLUSTER_NAME")), "SLURM_CLUSTER_NAME", notes)
+        or cluster,
+        job_id=job_id,
         state=derive_state(exit_code, signal),
         exit_code=exit_code,
         signal=signal,
         derived_exit_code=derived_code,
-        user=clean(env.get("SLURM_JOB_USER")),
+        user=valid_or_none("user name", clean(env.get("SLURM_JOB_USER")), "SLURM_JOB_USER", notes),
         job_name=clean(env.get("SLURM_JOB_NAME")),
         partition=clean(env.get("SLURM_JOB_PARTITION")),
         nodelist=nodelist,
@@ -116,13 +145,15 @@ def job_ended_from_env(env: Mapping[str, str], cluster: str) -> JobEnded:
     )
 
 
-def prolog_facts(env: Mapping[str, str]) -> dict[str, str | int | None]:
-    """Which node and job a prolog runs for. Node falls back to the host name in the caller."""
+def prolog_facts(env: Mapping[str, str], notes: list[str] | None = None) -> dict[str, str | int | None]:
+    """Which node and job a prolog runs for. Node falls back to the host name in the caller.
+    Ids that are not what Slurm would give are dropped, each with a line in `notes`."""
     return {
-        "node": clean(env.get("SLURMD_NODENAME")),
-        "job_id": clean(env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")),
-        "user": clean(env.get("SLURM_JOB_USER")),
-        "cluster": clean(env.get("SLURM_CLUSTER_NAME")),
+        "node": valid_or_none("node name", clean(env.get("SLURMD_NODENAME")), "SLURMD_NODENAME", notes),
+        "job_id": valid_or_none("job id", clean(env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")),
+                                "SLURM_JOB_ID", notes),
+        "user": valid_or_none("user name", clean(env.get("SLURM_JOB_USER")), "SLURM_JOB_USER", notes),
+        "cluster": valid_or_none("cluster name", clean(env.get("SLURM_CLUSTER_NAME")), "SLURM_CLUSTER_NAME", notes),
         "restart_count": _int(env.get("SLURM_JOB_RESTART_COUNT") or env.get("SLURM_RESTART_COUNT"))
         or 0,
     }

@@ -3,7 +3,10 @@
 The epilog never fails or delays a job: it spools the event to disk first, then tries to deliver
 within a hard budget, and exits 0 whatever happens (a non-zero EpilogSlurmctld would only
 confuse Slurm's logs; a non-zero slurmd Epilog drains the node). Undelivered events stay in the
-spool for the next hook, `pitstop spool flush` or `pitstop up`.
+spool for the next hook, `pitstop spool flush` or `pitstop up`. A spool that cannot be written
+falls back to a private directory (pitstop/events/fallback.py), then to direct delivery; an
+event that none of them takes is written whole into hooks.log. Ids from the environment are
+validated first (pitstop/ids.py): none reaches scontrol's argv or a log line unchecked.
 
 The prolog exits non-zero only when a node check says FAIL: Slurm then drains the node and
 requeues the job. A Pitstop error in the prolog exits 0 (never drain a node because of us).
@@ -22,7 +25,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pitstop.events.deliver import PrefectEventsClient, flush, resolve_api_url
+from pitstop.events.deliver import DeliveryError, PrefectEventsClient, flush, resolve_api_url
+from pitstop.events.fallback import usable_roots
 from pitstop.events.hook_env import (
     HookEnvError,
     job_ended_from_env,
@@ -30,7 +34,8 @@ from pitstop.events.hook_env import (
     refine_from_scontrol,
 )
 from pitstop.events.models import NodeAlarm, WireEvent
-from pitstop.events.spool import Spool
+from pitstop.events.spool import Spool, SpoolError
+from pitstop.ids import escape_controls, is_valid, shown
 
 PROLOG_FAIL_EXIT = 1
 SCONTROL_TIMEOUT_S = 0.5
@@ -50,10 +55,7 @@ def _settings():
         return Settings.model_construct(), f"using defaults, settings unusable: {exc}"
 
 
-def hook_log(home: Path, message: str) -> None:
-    """One line per hook run in PITSTOP_HOME/log/hooks.log (Slurm discards hook output)."""
-    line = f"{datetime.now(timezone.utc).isoformat(timespec='milliseconds')} pid={os.getpid()} {message}\n"
-    path = home / "log" / "hooks.log"
+def _append_line(path: Path, line: str) -> bool:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # a busy cluster ends a job every second: keep this file and one older, bounded
@@ -61,8 +63,21 @@ def hook_log(home: Path, message: str) -> None:
             os.replace(path, path.with_name("hooks.log.1"))
         with open(path, "a", encoding="utf-8") as log:
             log.write(line)
+        return True
     except OSError:
-        pass
+        return False
+
+
+def hook_log(home: Path, message: str) -> None:
+    """One line per hook run in PITSTOP_HOME/log/hooks.log (Slurm discards hook output), or in
+    a fallback root's log/ when PITSTOP_HOME cannot be written. Control characters in the
+    message are escaped: a newline inside an id from the environment cannot forge a line."""
+    line = (f"{datetime.now(timezone.utc).isoformat(timespec='milliseconds')} pid={os.getpid()} "
+            f"{escape_controls(message)}\n")
+    if not _append_line(home / "log" / "hooks.log", line):
+        for root in usable_roots(create=True):
+            if _append_line(root / "log" / "hooks.log", line):
+                break
     try:
         sys.stderr.write("pitstop: " + line)
     except (OSError, ValueError):
@@ -70,39 +85,84 @@ def hook_log(home: Path, message: str) -> None:
 
 
 def deliver_within(spool: Spool, settings, budget_s: float) -> str:
-    """Try to deliver what is spooled, giving up after `budget_s` whatever the network does.
-
-    The attempt runs in a daemon thread so even a hung DNS lookup cannot hold the hook.
-    """
+    """Try to deliver what is spooled, giving up after `budget_s` whatever the network does."""
     api_url = resolve_api_url(settings.triggers.prefect_api_url)
     if not api_url:
         return "spooled; no Prefect API configured (set PREFECT_API_URL in the hook wrapper)"
     client = PrefectEventsClient(api_url, timeout_s=settings.triggers.deliver_timeout_s)
+
+    def attempt() -> str:
+        try:
+            return flush(spool, client, keep_sent=settings.triggers.spool_keep_sent,
+                         deadline=time.monotonic() + budget_s).summary
+        except Exception as exc:  # the spool keeps it
+            return f"delivery failed, event stays spooled: {type(exc).__name__}: {exc}"
+
+    return _in_thread(budget_s, attempt, f"delivery still running after {budget_s:.1f} s; event stays spooled")
+
+
+def _in_thread(budget_s: float, work: Callable[[], str], late: str) -> str:
+    """`work()`'s text, or `late` if it has not answered within `budget_s` (daemon thread: even
+    a hung DNS lookup cannot hold the hook)."""
     outcome: list[str] = []
 
     def attempt() -> None:
         try:
-            report = flush(
-                spool, client, keep_sent=settings.triggers.spool_keep_sent,
-                deadline=time.monotonic() + budget_s,
-            )
-            outcome.append(report.summary)
-        except Exception as exc:  # the hook must not die on a deliverer bug; the spool keeps it
-            outcome.append(f"delivery failed, event stays spooled: {type(exc).__name__}: {exc}")
+            outcome.append(work())
+        except Exception as exc:  # the hook must not die on a deliverer bug
+            outcome.append(f"{type(exc).__name__}: {exc}")
 
     worker = threading.Thread(target=attempt, name="pitstop-deliver", daemon=True)
     worker.start()
     worker.join(budget_s)
-    if worker.is_alive():
-        return f"delivery still running after {budget_s:.1f} s; event stays spooled"
-    return outcome[0] if outcome else "delivery gave no result; event stays spooled"
+    return outcome[0] if outcome else late
+
+
+def deliver_unspooled(event: WireEvent, settings, budget_s: float) -> str:
+    """No spool could take the event: send it straight to Prefect. If that fails too, the line
+    carries the whole event, so an operator can still send it by hand (never a silent drop)."""
+    api_url = resolve_api_url(settings.triggers.prefect_api_url)
+    lost = f"EVENT NOT SPOOLED AND NOT DELIVERED; the event: {event.model_dump_json()}"
+    if not api_url:
+        return f"no Prefect API configured; {lost}"
+    client = PrefectEventsClient(api_url, timeout_s=settings.triggers.deliver_timeout_s)
+
+    def send() -> str:
+        try:
+            client.send([event.to_api()])
+        except DeliveryError as exc:
+            return f"direct delivery failed ({exc}); {lost}"
+        return f"delivered {event.id} directly to {api_url} (not spooled)"
+
+    return _in_thread(budget_s, send, f"direct delivery did not answer within {budget_s:.1f} s; {lost}")
+
+
+def spool_event(event: WireEvent, primary: Spool) -> tuple[Spool | None, Path | None, list[str]]:
+    """Spool under PITSTOP_HOME, else under the first fallback root that takes it.
+    Returns (spool used, file, why each earlier spool refused)."""
+    refused: list[str] = []
+    try:
+        return primary, primary.write(event), refused
+    except SpoolError as exc:
+        refused.append(str(exc))
+    for root in usable_roots(create=True):  # made only when needed: /tmp stays clean otherwise
+        spool = Spool(root / "spool")
+        try:
+            return spool, spool.write(event), refused
+        except SpoolError as exc:
+            refused.append(str(exc))
+    return None, None, refused
 
 
 def spool_and_deliver(event: WireEvent, settings) -> str:
-    spool = Spool(settings.spool_dir)
-    path = spool.write(event)
     budget = settings.triggers.deliver_timeout_s + DELIVERY_GRACE_S
-    return f"spooled {path.name}; " + deliver_within(spool, settings, budget)
+    spool, path, refused = spool_event(event, Spool(settings.spool_dir))
+    if spool is None:
+        return f"NO SPOOL WRITABLE ({'; '.join(refused)}); " + deliver_unspooled(event, settings, budget)
+    where = f"spooled {path.name}"
+    if refused:
+        where = f"spool unwritable ({refused[0]}); spooled to FALLBACK {path}"
+    return f"{where}; " + deliver_within(spool, settings, budget)
 
 
 def find_scontrol(bin_dir: Path | None) -> Path | None:
@@ -117,6 +177,8 @@ def confirm_with_scontrol(job, settings):
     """Return the job with its real outcome when scontrol knows better than the environment."""
     import subprocess
 
+    if not is_valid("job id", job.job_id):  # JobEnded from the env is checked already; stay safe
+        return job, f"job id {shown(job.job_id)} is not a Slurm job id; scontrol not asked"
     scontrol = find_scontrol(settings.slurm.bin_dir)
     if scontrol is None:
         return job, "scontrol not found; trusting the hook environment"
@@ -143,7 +205,10 @@ def run_epilog(env: Mapping[str, str] | None = None) -> int:
     try:
         if warning:
             hook_log(home, f"epilog: {warning}")
-        job = job_ended_from_env(env, settings.slurm.cluster_name)
+        notes: list[str] = []
+        job = job_ended_from_env(env, settings.slurm.cluster_name, notes)
+        for note in notes:
+            hook_log(home, f"epilog job={job.job_id}: {note}")
         if (
             job.state == "COMPLETED"
             and job.hook == "EpilogSlurmctld"
@@ -202,11 +267,14 @@ def run_prolog(env: Mapping[str, str] | None = None, checker: NodeChecker | None
     started = time.monotonic()
     settings, warning = _settings()
     home = settings.home
-    facts = prolog_facts(env)
+    notes: list[str] = []
+    facts = prolog_facts(env, notes)
     node = facts["node"] or socket.gethostname().split(".")[0]
     try:
         if warning:
             hook_log(home, f"prolog: {warning}")
+        for note in notes:
+            hook_log(home, f"prolog node={node}: {note}")
         report = (checker or default_node_checker)(
             list(settings.triggers.prolog_checks), settings.triggers.prolog_timeout_s
         )
@@ -221,6 +289,8 @@ def run_prolog(env: Mapping[str, str] | None = None, checker: NodeChecker | None
     failed = [c for c in report.checks if c.status is CheckStatus.FAIL]
     summary = "; ".join(f"{c.name}: {c.summary}" for c in failed) or "node check failed"
     try:
+        if not is_valid("node name", node):
+            raise ValueError(f"this host's name {shown(node)} is not a valid node name; set SLURMD_NODENAME")
         alarm = NodeAlarm(
             cluster=str(facts["cluster"] or settings.slurm.cluster_name),
             node=node,

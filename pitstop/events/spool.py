@@ -42,6 +42,13 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def spools_to_deliver(primary: Path) -> list["Spool"]:
+    """The spool under PITSTOP_HOME and every fallback spool a hook had to use (fallback.py)."""
+    from pitstop.events.fallback import fallback_spool_dirs
+
+    return [Spool(primary), *(Spool(d) for d in fallback_spool_dirs() if d != primary)]
+
+
 class Spool:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -90,6 +97,13 @@ class Spool:
             return []
         return sorted(p for p in self.pending.iterdir() if p.suffix == ".json" and p.is_file())
 
+    def strays(self) -> list[Path]:
+        """Entries in pending/ that are not event files (a directory named x.json, a dangling
+        symlink, a stray name): never delivered, never counted, shown so a human can look."""
+        if not self.pending.is_dir():
+            return []
+        return sorted(p for p in self.pending.iterdir() if not (p.suffix == ".json" and p.is_file()))
+
     def read(self, path: Path) -> WireEvent:
         """Parse one spool file. Raises ValueError (with the reason) for a file we cannot use."""
         size = path.stat().st_size
@@ -136,8 +150,9 @@ class Spool:
                 old.unlink()
 
     def counts(self) -> dict[str, int]:
-        def n(d: Path, pattern: str = "*.json") -> int:
-            return sum(1 for _ in d.glob(pattern)) if d.is_dir() else 0
+        """Event files only: what `pending_paths` would deliver, not every name ending in .json."""
+        def n(d: Path) -> int:
+            return sum(1 for p in d.glob("*.json") if p.is_file()) if d.is_dir() else 0
 
         return {"pending": n(self.pending), "sent": n(self.sent), "bad": n(self.bad)}
 

@@ -17,6 +17,7 @@ class RunStatus(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"  # also a run that exited 0 while its log shows it failed (NaN loss)
     NOT_STARTED = "not_started"
+    WRAPPER_KILLED = "wrapper_killed"  # the wrapper died (kill -9, OOM killer) before it recorded the end
 
 
 class RunOutcome(BaseModel):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import time
 
+from pitstop.procid import identity
+
 METADATA = "metadata.json"
 STDOUT_LOG = "stdout.log"
 STDERR_LOG = "stderr.log"
@@ -161,6 +163,7 @@ def build_metadata(
     run_id: str, command: list[str], name: str | None, epoch: float, environ
 ) -> dict:
     slurm = {k: environ[k] for k in SLURM_VARS if k in environ}
+    me = identity()  # pid + start time + boot id: `pitstop runs` tells a killed wrapper from a live one
     return {
         "id": run_id,
         "name": name,
@@ -168,7 +171,9 @@ def build_metadata(
         "cwd": _cwd(environ),
         "host": os.uname().nodename,
         "user": current_user(environ),
-        "wrapper_pid": os.getpid(),
+        "wrapper_pid": me["pid"],
+        "wrapper_start_ticks": me["start_ticks"],
+        "boot_id": me["boot_id"],
         "started_at": iso_utc(epoch),
         "started_epoch": epoch,
         "slurm_job_id": environ.get("SLURM_JOB_ID"),

@@ -62,6 +62,9 @@ def served(warm_prefect, isolated_home: Path) -> Iterator[dict]:
         "PITSTOP_TRIGGERS__HEALTH_SWEEP_CRON": NO_SWEEP_CRON,
         "PITSTOP_TRIGGERS__RUNNER_POLL_S": "1",
         "PITSTOP_TRIGGERS__FLUSH_INTERVAL_S": "1",
+        # the automation path alone: a reconciler here would also answer other tests' events on
+        # the shared server (tests/triggers/test_reconcile_prefect.py covers reconciliation)
+        "PITSTOP_TRIGGERS__RECONCILE_INTERVAL_S": "0",
     }
     log_path = isolated_home.parent / "pitstop-up.log"
     with log_path.open("wb") as log:

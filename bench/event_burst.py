@@ -1,0 +1,206 @@
+"""A burst of failed-job events with the Prefect server stopped in the middle of it: how many
+jobs get their incident, and how soon, with reconciliation and without.
+
+    .venv/bin/python bench/event_burst.py [--events 50] [--outage-s 5] [--skip-baseline]
+
+What runs (all real processes on 127.0.0.1): a local Prefect server (SQLite), `pitstop up`
+serving the deployments (fast lane on, demo cluster, observe mode), and N `pitstop epilog`
+processes, 8 at a time, as Slurm runs them when many jobs end at once (a mass cancel, a switch
+failure). Half-way through the burst the server is stopped (SIGTERM) for --outage-s and
+started again: epilogs meanwhile spool their events, `pitstop up` delivers them afterwards, and
+automation actions that were in flight are lost, as with the 503 / "database is locked" answers
+of a loaded server. Each round uses its own cluster name, so incidents are counted per round.
+
+Round 1: reconciliation on (every 5 s, grace 10 s). Round 2 (the baseline): reconciliation off,
+Prefect's automation alone. Prints, per round: events sent, events Prefect stored, flow runs
+(automation / reconciliation), incidents, and the time from the end of the burst to the last
+incident.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+PITSTOP = REPO / ".venv" / "bin" / "pitstop"
+
+from pitstop.processes import stop_process_group  # noqa: E402  (after the path set-up)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rest(api_url: str, path: str, body: dict) -> object:
+    req = urllib.request.Request(api_url + path, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        raw = r.read()
+    return json.loads(raw) if raw else None
+
+
+class Server:
+    """The local Prefect server the rounds share; stopped and started again for the outage."""
+
+    def __init__(self, home: Path, port: int) -> None:
+        self.home, self.port, self.handle = home, port, None
+
+    def start(self) -> float:
+        from deployments.local_server import start_local_server
+
+        t = time.monotonic()
+        self.handle = start_local_server(self.home, self.port)
+        return time.monotonic() - t
+
+    def stop(self) -> None:
+        if self.handle is not None:
+            self.handle.stop()
+            self.handle = None
+
+
+def incidents(home: Path, cluster: str) -> list[tuple[str, str]]:
+    db = home / "pitstop.db"
+    if not db.exists():
+        return []
+    try:
+        with sqlite3.connect(db, timeout=10) as conn:
+            return conn.execute("SELECT job_id, created_at FROM incidents WHERE cluster = ?", (cluster,)).fetchall()
+    except sqlite3.OperationalError:
+        return []  # not created yet
+
+
+def stored_events(api_url: str, cluster: str, since: datetime) -> int:
+    body = {"filter": {"event": {"name": ["pitstop.job.ended"]}, "occurred": {"since": since.isoformat()},
+                       "resource": {"labels": {"pitstop.cluster": [cluster]}}}, "limit": 1}
+    return rest(api_url, "/events/filter", body).get("total", 0)
+
+
+def flow_runs(api_url: str, cluster: str) -> tuple[int, int]:
+    found = rest(api_url, "/deployments/filter", {"deployments": {"name": {"any_": ["post-failure"]}}})
+    if not found:
+        return 0, 0
+    runs, offset = [], 0
+    while True:
+        page = rest(api_url, "/flow_runs/filter", {"deployments": {"id": {"any_": [found[0]["id"]]}},
+                                                    "limit": 200, "offset": offset})
+        runs += page
+        if len(page) < 200:
+            break
+        offset += 200
+    mine = [r for r in runs if r["parameters"].get("cluster") == cluster]
+    reconciled = sum(1 for r in mine if "pitstop-reconciled" in r["tags"])
+    return len(mine) - reconciled, reconciled
+
+
+def epilog(home: Path, api_url: str, cluster: str, job_id: int) -> None:
+    env = {"PITSTOP_HOME": str(home), "PREFECT_API_URL": api_url, "SLURM_JOB_ID": str(job_id),
+           "SLURM_CLUSTER_NAME": cluster, "SLURM_JOB_EXIT_CODE2": "1:0", "SLURM_JOB_NODELIST": "gpu01",
+           "SLURM_JOB_END_TIME": str(int(time.time()))}
+    subprocess.run([str(PITSTOP), "epilog"], env=env, timeout=60, check=False,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def round_(work: Path, server: Server, events: int, outage_s: float, reconcile: bool, wait_s: float,
+           quiet_s: float) -> dict:
+    name = "with-reconcile" if reconcile else "baseline"
+    home = work / name
+    cluster = f"burst-{uuid.uuid4().hex[:6]}"
+    api_url = f"http://127.0.0.1:{server.port}/api"
+    env = {**os.environ, "PITSTOP_HOME": str(home), "PITSTOP_CLUSTER": "demo", "PREFECT_API_URL": api_url,
+           "PITSTOP_TRIGGERS__HEALTH_SWEEP_CRON": "0 0 1 1 *", "PITSTOP_TRIGGERS__FLUSH_INTERVAL_S": "2",
+           "PITSTOP_TRIGGERS__RECONCILE_INTERVAL_S": "5" if reconcile else "0",
+           "PITSTOP_TRIGGERS__RECONCILE_GRACE_S": "10", "PITSTOP_TRIGGERS__RECONCILE_LOOKBACK_S": "3600"}
+    log_path = work / f"pitstop-up-{name}.log"
+    with log_path.open("wb") as log:
+        up = subprocess.Popen([str(PITSTOP), "up"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while b"ready: " not in log_path.read_bytes():
+            if time.monotonic() > deadline or up.poll() is not None:
+                raise SystemExit(f"pitstop up did not start; see {log_path}")
+            time.sleep(0.5)
+        time.sleep(2)
+        since = datetime.now(timezone.utc) - timedelta(minutes=1)
+        started = time.monotonic()
+        first_job = 100_000
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            half = [pool.submit(epilog, home, api_url, cluster, first_job + i) for i in range(events // 2)]
+            for f in half:
+                f.result()
+            server.stop()  # the outage, mid-burst
+            rest_of = [pool.submit(epilog, home, api_url, cluster, first_job + i) for i in range(events // 2, events)]
+            time.sleep(outage_s)
+            took = server.start()
+            print(f"  [{name}] server back after the {outage_s:g} s outage (+{took:.1f} s to start)")
+            for f in rest_of:
+                f.result()
+        burst_end = time.monotonic()
+        last_count, last_change = -1, time.monotonic()
+        while time.monotonic() - burst_end < wait_s:
+            rows = incidents(home, cluster)
+            if len(rows) != last_count:
+                last_count, last_change = len(rows), time.monotonic()
+            if len(rows) >= events or time.monotonic() - last_change > quiet_s:
+                break  # all there, or nothing new for quiet_s: what is missing stays missing
+            time.sleep(1)
+        rows = incidents(home, cluster)
+        automatic, reconciled = flow_runs(api_url, cluster)
+        return {"name": name, "sent": events, "stored": stored_events(api_url, cluster, since),
+                "automation_runs": automatic, "reconciled_runs": reconciled, "incidents": len(rows),
+                "distinct": len({r[0] for r in rows}), "burst_s": burst_end - started,
+                "last_incident_s": (last_change - burst_end) if rows else None, "log": log_path}
+    finally:
+        stop_process_group(up, grace_s=30)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=50)
+    ap.add_argument("--outage-s", type=float, default=5.0)
+    ap.add_argument("--wait-s", type=float, default=300.0, help="after the burst, how long to wait for incidents")
+    ap.add_argument("--quiet-s", type=float, default=60.0, help="stop waiting after this long without a new incident")
+    ap.add_argument("--skip-baseline", action="store_true", help="only the round with reconciliation")
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="pitstop-burst-"))
+    server = Server(work / "server", free_port())
+    took = server.start()
+    print(f"local Prefect server on port {server.port} up in {took:.1f} s; {args.events} events per round, "
+          f"server stopped {args.outage_s:g} s mid-burst")
+    results = []
+    try:
+        for reconcile in (True, False)[: 1 if args.skip_baseline else 2]:
+            results.append(round_(work, server, args.events, args.outage_s, reconcile, args.wait_s, args.quiet_s))
+    finally:
+        server.stop()
+    load = "/".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\n{os.cpu_count()} CPUs, load average {load} at the end; logs in {work}")
+    print(f"{'round':16} {'sent':>5} {'stored':>7} {'runs (auto+reconciled)':>24} {'incidents':>10} "
+          f"{'burst':>7} {'last incident after burst':>26}")
+    for r in results:
+        last = f"{r['last_incident_s']:.1f} s" if r["last_incident_s"] is not None else "-"
+        runs = f"{r['automation_runs']} + {r['reconciled_runs']}"
+        print(f"{r['name']:16} {r['sent']:>5} {r['stored']:>7} {runs:>24} {r['incidents']:>5} ({r['distinct']} jobs) "
+              f"{r['burst_s']:>6.1f}s {last:>26}")
+    return 0 if results and results[0]["distinct"] == args.events else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -21,35 +21,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Check this node (GPUs, Xids, InfiniBand, disk, optionally DCGM). Exit 0 OK, 1 WARN, 2 FAIL."""
-        from pitstop.config import ConfigError, load_settings
-        from pitstop.node.check import CheckContext, UnknownCheck, parse_check_names, run_checks
+        # the same code as the typer-free fast path in pitstop/cli/entry.py
+        from pitstop.cli.node_check_fast import Options, node_check
 
-        try:
-            settings = load_settings()
-            names = parse_check_names(checks, settings.node_check.checks)
-        except (ConfigError, UnknownCheck) as exc:
-            typer.echo(f"pitstop node-check: {exc}", err=True)
-            raise typer.Exit(3) from exc
-        if dcgm_level is not None and "dcgm" not in names:
-            names.append("dcgm")
-        report = run_checks(names, CheckContext(settings, dcgm_level=dcgm_level))
-        if json_out:
-            typer.echo(report.model_dump_json(indent=2))
-        else:
-            _print_table(report)
-        raise typer.Exit(report.exit_code)
-
-
-def _print_table(report) -> None:  # noqa: ANN001 - NodeCheckReport, imported lazily
-    from rich.console import Console
-    from rich.table import Table
-
-    colour = {"OK": "green", "WARN": "yellow", "FAIL": "bold red", "UNAVAILABLE": "dim"}
-    table = Table(title=f"{report.node}: {report.overall.value}  ({report.checked_at})")
-    table.add_column("check")
-    table.add_column("status")
-    table.add_column("summary", overflow="fold")
-    for check in report.checks:
-        style = colour.get(check.status.value, "")
-        table.add_row(check.name, f"[{style}]{check.status.value}[/]", check.summary)
-    Console().print(table)
+        raise typer.Exit(node_check(Options(json_out=json_out, checks=checks, dcgm_level=dcgm_level)))

@@ -2,7 +2,8 @@
 
 `pitstop run` is dispatched before typer, rich or pydantic are imported: it sits in front of every
 training job, so its start-up cost is paid on every launch. `pitstop epilog|prolog` (Slurm hooks)
-skip typer too. Everything else goes through typer.
+and `pitstop node-check` (every node, every health sweep) skip typer too. Everything else goes
+through typer.
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(run_main(args[1:]))
     if args and args[0] in HOOKS and not {"-h", "--help"} & set(args[1:]):
         sys.exit(_run_hook(args[0]))
+    if args and args[0] == "node-check":
+        from pitstop.cli import node_check_fast
+
+        opts = node_check_fast.parse(args[1:])
+        if opts is not None:  # else typer parses, and words any error as before
+            sys.exit(node_check_fast.node_check(opts))
     from pitstop.cli.app import build_app
 
     build_app()(args=args, prog_name="pitstop")

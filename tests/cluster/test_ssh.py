@@ -41,7 +41,10 @@ def test_runs_argv_literally_and_reports_exit_and_stderr(sshd) -> None:
         assert result.stdout == "out:a b; $(id)\n" and result.stderr == "err\n"
         who = runner.run("gpu02", ["id", "-un"])
         assert who.stdout.strip() == sshd.user and who.exit_code == 0
-        assert runner.idle_connections() == 1  # gpu01 and gpu02 share 127.0.0.1:port: one reused
+        # gpu01 and gpu02 share 127.0.0.1:port, but a connection's key was checked for one node
+        # name only, so each node keeps its own; a second command on gpu01 reuses gpu01's
+        assert runner.idle_connections() == 2
+        assert runner.run("gpu01", ["true"]).exit_code == 0 and runner.idle_connections() == 2
 
 
 def test_unknown_host_key_is_rejected(sshd, tmp_path: Path) -> None:

@@ -86,7 +86,8 @@ def test_requeue_in_place_applies_exclusion_and_time_limit_before_it_can_run(slu
         # from the moment the first run stopped: never RUNNING on the excluded node again
         first_stop = next(i for i, (state, _) in enumerate(samples) if state != "RUNNING")
         ran_on = {nodes for state, nodes in samples[first_stop:] if state == "RUNNING"}
-        assert ran_on == {good}, samples
+        # (the watcher may stop before it samples the second run: what matters is never `bad`)
+        assert bad not in ran_on and ran_on <= {good}, samples
         time.sleep(0.5)
         log = (slurm_cluster.jobs_dir / f"rwc-{job_id}.out").read_text()
         assert f"run 0 on {bad}" in log and f"run 1 on {good}" in log and f"run 1 on {bad}" not in log

@@ -28,7 +28,8 @@ from classifiers.decide import candidates_from, decide
 from classifiers.engines import Engine, build_engine
 from classifiers.rule_model import Rule
 from classifiers.rules import RULES, rules_by_signature
-from classifiers.scan import Hit, scan_stream
+from classifiers.hits import Hit, ProgressHit
+from classifiers.scan import scan_stream
 from classifiers.scheduler_facts import fact_hits
 
 __all__ = [
@@ -58,8 +59,9 @@ def _as_bytes(text: str | bytes) -> bytes:
     return text.encode("utf-8", errors="surrogateescape") if isinstance(text, str) else bytes(text)
 
 
-def _scan_text(text: str | bytes, source: str, engine: Engine) -> list[Hit]:
-    return scan_stream(io.BytesIO(_as_bytes(text)), engine, RULES, source)
+def _scan_text(text: str | bytes, source: str, engine: Engine) -> list[Hit | ProgressHit]:
+    progress: list[ProgressHit] = []
+    return [*scan_stream(io.BytesIO(_as_bytes(text)), engine, RULES, source, progress=progress), *progress]
 
 
 # Opens one log for reading as a binary stream (the default: open(path, "rb", buffering=0)).
@@ -71,15 +73,22 @@ def _open_plain(path: Path) -> BinaryIO:
 
 
 class LogScan(BaseModel):
-    """Hits found in each source, before scheduler facts are weighed (`classify_scanned`)."""
+    """Hits found in each source, before scheduler facts are weighed (`classify_scanned`).
 
-    sources: list[list[Hit]]
+    Each source's list holds its rule hits and the training-progress analyzer's findings
+    (classifiers.progress), so sources concatenated from several scans keep both.
+    """
+
+    sources: list[list[Hit | ProgressHit]]
 
 
-def _scan_file(path: Path, source: str, engine: Engine, open_log: OpenLog = _open_plain) -> list[Hit]:
+def _scan_file(
+    path: Path, source: str, engine: Engine, open_log: OpenLog = _open_plain
+) -> list[Hit | ProgressHit]:
+    progress: list[ProgressHit] = []
     try:
         with open_log(path) as stream:
-            return scan_stream(stream, engine, RULES, source)
+            return [*scan_stream(stream, engine, RULES, source, progress=progress), *progress]
     except IsADirectoryError as exc:
         raise ClassifyError(f"cannot classify {path}: it is a directory, not a log file") from exc
     except FileNotFoundError as exc:
@@ -99,10 +108,10 @@ def classify_text(
 ) -> Verdict:
     """Classify one job log given as text (plus optional scheduler facts and kernel lines)."""
     eng = _engine(engine)
-    sources = [_scan_text(text, "log", eng)]
+    scans = [_scan_text(text, "log", eng)]
     if kernel_text is not None:
-        sources.append(_scan_text(kernel_text, "kernel", eng))
-    return decide(candidates_from(sources, RULES, fact_hits(facts)))
+        scans.append(_scan_text(kernel_text, "kernel", eng))
+    return classify_scanned(LogScan(sources=scans), facts)
 
 
 def classify_files(
@@ -170,4 +179,6 @@ def hint_for(signature: str) -> str:
     for fact_rule in (*STATE_RULES.values(), *SIGNAL_RULES.values(), EXIT_ZERO):
         if fact_rule.signature == signature:
             return fact_rule.hint
-    return ""
+    from classifiers.progress import HINTS
+
+    return HINTS.get(signature, "")

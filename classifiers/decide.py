@@ -3,6 +3,8 @@
 The highest-priority hit names the cause (ties: the earliest line wins, since the first fault is
 usually the root). Other hits of the same cause corroborate it; a close runner-up of another cause
 lowers the confidence. A success hit never wins against a scheduler fact that says failure.
+Training-progress findings (classifiers.progress, carried in a source's hits as ProgressHit) are
+`numerical` candidates like any rule hit, with their own priority.
 """
 
 from __future__ import annotations
@@ -14,14 +16,15 @@ from pydantic import BaseModel, ConfigDict
 
 from pitstop.models import Cause, Evidence, Verdict
 
-from classifiers.rule_model import Rule
-from classifiers.scan import Hit
+from classifiers.hits import Hit, ProgressHit
+from classifiers.rule_model import CLOSE_PRIORITY, Rule
 from classifiers.scheduler_facts import FactHit
 
 MAX_EVIDENCE = 5
 _CATALOGUED_XID = re.compile(r"xid-[0-9]+")
 XID_WEAK = 26  # classifiers.xid_rules.WEAK: informational/sympathetic Xids never take over
-_CLOSE_PRIORITY = 5  # a rival cause within this many priority points makes us less sure
+_CLOSE_PRIORITY = CLOSE_PRIORITY  # a rival cause within this many priority points makes us less sure
+_PROGRESS_ROW = 10_000  # progress findings sort after every rule row on the same line
 
 
 class Candidate(BaseModel):
@@ -39,11 +42,28 @@ class Candidate(BaseModel):
 
 
 def candidates_from(
-    hits_by_source: Sequence[Sequence[Hit]], rules: Sequence[Rule], facts: Sequence[FactHit]
+    hits_by_source: Sequence[Sequence[Hit | ProgressHit]], rules: Sequence[Rule], facts: Sequence[FactHit]
 ) -> list[Candidate]:
     out: list[Candidate] = []
     for rank, hits in enumerate(hits_by_source):
+        findings = [h for h in hits if isinstance(h, ProgressHit)]
+        for n, found in enumerate(findings):
+            (line, text), *rest = found.evidence
+            last = rest[-1] if rest else None
+            out.append(
+                Candidate(
+                    cause=Cause.NUMERICAL, signature=found.signature, priority=found.priority,
+                    confidence=found.confidence, hint=found.hint,
+                    evidence=Evidence(line=line, text=text, source=found.source),
+                    last=(Evidence(line=last[0], text=last[1], source=found.source)
+                          if last is not None and last[0] != line else None),
+                    order=(rank, line, _PROGRESS_ROW + n),
+                )
+            )
+    for rank, hits in enumerate(hits_by_source):
         for hit in hits:
+            if isinstance(hit, ProgressHit):
+                continue
             rule = rules[hit.rule_index]
             out.append(
                 Candidate(

@@ -14,6 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pitstop.models import Cause
 
+# A rival cause within this many priority points of the winner makes a verdict less sure
+# (classifiers.decide); the scanner's pruning keeps such rivals in the scan (classifiers.scan).
+CLOSE_PRIORITY = 5
+
 # Tokens that would let a pattern run over a line end, or that Hyperscan/RE2 reject.
 _FORBIDDEN = (r"\s", r"\S", r"(?=", r"(?!", r"(?<", r"\n", "[^")
 

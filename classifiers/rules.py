@@ -194,6 +194,12 @@ RULES: tuple[Rule, ...] = (
        "a DataLoader worker was OOM-killed: fewer workers or less host memory per worker"),
     _r("dataloader-shm", HO, 80, r"out of shared memory|insufficient shared memory|No space left on device[^\n]{0,80}shm|/dev/shm",
        "shared memory (/dev/shm) exhausted: raise shm size or use fewer DataLoader workers"),
+    # POSIX semaphores and torch's shared CPU storage live in /dev/shm: "No space left on device"
+    # raised while creating one (a SemLock frame, a /torch_ shm file) is shared memory, not a disk.
+    _r("shm-object-exhausted", HO, 79,
+       r"_multiprocessing\.SemLock\(|SemLock\.__init__\(|unable to write to file </torch_|_share_filename_cpu_|shm_open[^\n]{0,80}(No space|failed|error)|unable to (mmap|open shared memory object)[^\n]{0,60}(torch|shm)",
+       "/dev/shm (shared memory for semaphores and DataLoader tensors) is full or too small: raise the "
+       "container's --shm-size / use --ipc=host, or fewer DataLoader workers; not a full disk"),
     _r("py-MemoryError", HO, 80, r"(^|[^\nA-Za-z])MemoryError\b", "host RAM exhausted in Python: reduce memory use", caseless=False),
     _r("cpp-bad-alloc", HO, 78, r"std::bad_alloc|Cannot allocate memory|\[Errno 12\]",
        "host allocation failed: reduce memory use or request more --mem", confidence=0.75),

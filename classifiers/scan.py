@@ -26,13 +26,15 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import BinaryIO, NamedTuple
 
-from pydantic import BaseModel, ConfigDict
-
 from pitstop.models import Cause
 
+from classifiers import progress as _progress
 from classifiers.engines import LAST_MIN_PRIORITY, Engine
-from classifiers.rule_model import Rule
+from classifiers.hits import Hit, ProgressHit
+from classifiers.rule_model import CLOSE_PRIORITY, Rule
 from classifiers.transcode import utf8_view
+
+__all__ = ["Hit", "ProgressHit", "evidence_text", "scan_stream"]
 
 WINDOW_BYTES = 8 * 1024 * 1024
 MAX_CARRY_BYTES = 1024 * 1024  # a partial line longer than this is cut
@@ -40,23 +42,12 @@ CUT_OVERLAP_BYTES = 4096  # re-read across a cut: longer than any rule's match
 EVIDENCE_CHARS = 500
 _CONTEXT_BEFORE = 200
 _WHOLE_LINE_ANCHOR = 64 * 1024  # lines up to this long are re-anchored by `re` over the whole line
+# The progress analyzer (classifiers.progress) reads only these: the head and the tail of a source.
+HEAD_SAMPLE_BYTES = 128 * 1024
+TAIL_SAMPLE_BYTES = 384 * 1024
 # Two threads are enough: one scans (GIL released) while the other counts lines or builds
 # evidence (GIL held); the main thread reads ahead (GIL released too).
 SCAN_THREADS = min(2, os.cpu_count() or 1)
-
-
-class Hit(BaseModel):
-    """The first line in one source where one rule matched (and its last, where different)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    rule_index: int
-    signature: str
-    line: int
-    text: str
-    source: str
-    last_line: int | None = None
-    last_text: str | None = None
 
 
 def evidence_text(raw: bytes | bytearray) -> str:
@@ -311,11 +302,10 @@ class _Pruning:
     """
 
     def __init__(self, rules: Sequence[Rule]) -> None:
-        from classifiers.decide import _CLOSE_PRIORITY  # decide imports this module: import late
         from classifiers.scheduler_facts import EXIT_NONZERO, EXIT_ZERO, SIGNAL_RULES, STATE_RULES
 
         self._rules = rules
-        self._margin = _CLOSE_PRIORITY
+        self._margin = CLOSE_PRIORITY
         cause_max: dict[Cause, int] = {}
         facts = (*STATE_RULES.values(), *SIGNAL_RULES.values(), EXIT_ZERO, EXIT_NONZERO)
         for item in (*rules, *facts):
@@ -341,6 +331,44 @@ class _Pruning:
         return skip
 
 
+class _Sample:
+    """The first and last bytes of a stream, kept as its windows pass (bounded, a copy per window)."""
+
+    def __init__(self) -> None:
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.tail_start = 0  # stream offset of tail[0]
+
+    def add(self, data: bytes | bytearray, own: int, start: int) -> None:
+        """`data[:own]` are the bytes at stream offset `start` (windows arrive in order, contiguous)."""
+        if len(self.head) < HEAD_SAMPLE_BYTES:
+            self.head += data[: min(own, HEAD_SAMPLE_BYTES - len(self.head))]
+        if own >= TAIL_SAMPLE_BYTES:
+            self.tail = bytearray(data[own - TAIL_SAMPLE_BYTES: own])
+            self.tail_start = start + own - TAIL_SAMPLE_BYTES
+            return
+        self.tail += data[:own]
+        drop = len(self.tail) - TAIL_SAMPLE_BYTES
+        if drop > 0:
+            del self.tail[:drop]
+            self.tail_start += drop
+
+    def lines(self) -> tuple[list[tuple[tuple[int, int], bytes]], int]:
+        """Whole lines as ((segment, index), line) and the offset where segment 1 (the tail) starts.
+
+        Segment 0 starts at offset 0 (line index + 1 is its line number); segment 1 is the tail's
+        whole lines when the stream is longer than head and tail together.
+        """
+        if self.tail_start <= len(self.head):
+            whole = bytes(self.head[: self.tail_start]) + bytes(self.tail)
+            return [((0, i), line) for i, line in enumerate(whole.split(b"\n"))], -1
+        head = bytes(self.head).split(b"\n")[:-1]  # the last piece may be a cut line
+        cut = self.tail.find(b"\n") + 1
+        tail = bytes(self.tail[cut:]).split(b"\n") if cut else []
+        return ([((0, i), line) for i, line in enumerate(head)]
+                + [((1, i), line) for i, line in enumerate(tail)]), self.tail_start + cut
+
+
 def scan_stream(
     stream: BinaryIO,
     engine: Engine,
@@ -349,8 +377,12 @@ def scan_stream(
     window_bytes: int = WINDOW_BYTES,
     threads: int = SCAN_THREADS,
     prune: bool = True,
+    progress: list[ProgressHit] | None = None,
 ) -> list[Hit]:
     """First hit per rule over the whole stream, with its last line where that can be evidence.
+
+    With a `progress` list, the training-progress analyzer (classifiers.progress) reads the head and
+    tail of the stream kept while scanning, and its findings are appended to that list.
 
     `prune=False` scans every rule over every window (the reference the pruning is tested against).
     A UTF-16/32 log (byte-order mark) is scanned as the UTF-8 of its text (classifiers.transcode).
@@ -365,9 +397,12 @@ def scan_stream(
     lines_before = 0  # newlines before `counted_to` in the stream
     counted_to = 0  # stream offset up to which lines_before is exact (windows after it: deferred)
     free: list[bytearray] = []
+    sample = _Sample() if progress is not None else None
 
     def merge(window: _Window, result: _Result) -> None:
         nonlocal lines_before, counted_to
+        if sample is not None:
+            sample.add(window.data, window.advance, window.start)
         if isinstance(window.data, bytearray):
             free.append(window.data)
         if result.newlines is None:
@@ -412,6 +447,14 @@ def scan_stream(
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+    if sample is not None:
+        def newlines_before(offset: int) -> int:
+            # Only called for an offset inside the tail, and only when a finding needs a line number.
+            if offset >= counted_to:
+                return lines_before + (counter.count(counted_to, offset) if counter is not None else 0)
+            return lines_before - sample.tail[offset - sample.tail_start: counted_to - sample.tail_start].count(b"\n")
+
+        progress.extend(_progress_hits(sample, source, newlines_before))
     out = []
     last_min = max(pruning.strongest(hits), LAST_MIN_PRIORITY) if prune else LAST_MIN_PRIORITY
     for index, hit in hits.items():
@@ -419,3 +462,27 @@ def scan_stream(
             hit = hit.model_copy(update={"last_line": last[index][0], "last_text": last[index][1]})
         out.append(hit)
     return sorted(out, key=lambda hit: hit.line)
+
+
+def _progress_hits(sample: _Sample, source: str, newlines_before) -> list[ProgressHit]:
+    lines, tail_at = sample.lines()
+    findings = _progress.analyze(lines)
+    if not findings:
+        return []
+    tail_base: list[int] = []  # resolved once, lazily: counting may re-read part of the file
+
+    def line_no(key: tuple[int, int]) -> int:
+        segment, index = key
+        if segment == 0:
+            return index + 1
+        if not tail_base:
+            tail_base.append(newlines_before(tail_at))
+        return tail_base[0] + index + 1
+
+    return [
+        ProgressHit(signature=f.signature, priority=f.priority, confidence=f.confidence, hint=f.hint,
+                    evidence=[(line_no(key), evidence_text(text.encode("utf-8", "surrogateescape")))
+                              for key, text in f.evidence],
+                    source=source)
+        for f in findings
+    ]

@@ -1,16 +1,19 @@
-"""Wires the classifier into `pitstop run`: the wrapper (core) never imports `classifiers`; this
-composition-root module tells it which process classifies (pitstop/cli/classify_worker.py)."""
+"""The classifier behind `pitstop run` / `pitstop runs show`, for the CLI's callers.
+
+The wrapper (core) starts its classifier worker itself (pitstop.wrapper.fastpath.worker_argv,
+the process pitstop/cli/classify_worker.py); nothing in core imports this module.
+"""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from pitstop.models import SchedulerFacts, Verdict
+from pitstop.wrapper.fastpath import worker_argv
 
 # The same interpreter as the wrapper, so the worker sees the same installed packages.
-WORKER_ARGV = (sys.executable, "-m", "pitstop.cli.classify_worker")
+WORKER_ARGV = worker_argv()
 
 
 def classify_logs(paths: Sequence[Path], facts: SchedulerFacts, timeout_s: float) -> Verdict:

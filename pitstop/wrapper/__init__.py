@@ -5,5 +5,5 @@ Modules here are split by when they may run. `fastpath`, `options`, `rundir`, `l
 already loaded plus C modules (every import there is paid on every job launch); `pump` runs while
 it runs (standard library). The rest (`finish`, `classify_child`, `report`, `attachments`,
 `record`) run after it ends and may use pydantic and the store. Nothing here imports
-`classifiers`: the classifier is a separate process that `pitstop.cli.run_glue` names.
+`classifiers`: the classifier is a separate process, started by its command line (`fastpath.worker_argv`).
 """

@@ -28,6 +28,17 @@ DRAIN_GRACE_S = 5.0  # default while settings are not loaded yet (WrapperSetting
 LOGS = (rundir.STDOUT_LOG, rundir.STDERR_LOG, rundir.COMBINED_LOG)
 
 
+# The classifier runs in its own process, named here by its command line: the wrapper (core) never
+# imports `classifiers` nor the CLI package (tests/test_layering.py). pitstop/cli/run_glue.py uses
+# the same command for `pitstop runs show`.
+CLASSIFY_WORKER_MODULE = "pitstop.cli.classify_worker"
+
+
+def worker_argv() -> tuple[str, ...]:
+    """The classifier worker's command: the same interpreter, so it sees the same packages."""
+    return (sys.executable, "-m", CLASSIFY_WORKER_MODULE)
+
+
 def _warn(message: str) -> None:
     try:
         os.write(2, f"pitstop: warning: {message}\n".encode("utf-8", "backslashreplace"))
@@ -211,12 +222,12 @@ class _Preloader:
 
     def _start_classifier(self) -> None:
         try:
-            from pitstop.cli.run_glue import start_classifier
+            from pitstop.wrapper.classify_child import ClassifierProcess
 
             # Same paths, same order as finish.classify_run asks about: the worker scans them
             # while the job writes them, so the verdict does not wait for a whole re-read.
-            self.classify = start_classifier(
-                follow=[os.path.join(self.run_dir, name) for name in rundir.CLASSIFIED_LOGS]
+            self.classify = ClassifierProcess(
+                worker_argv(), [os.path.join(self.run_dir, name) for name in rundir.CLASSIFIED_LOGS]
             )
         except Exception as exc:
             self.warnings.append(f"the classifier cannot be started: {exc}"[:400])

@@ -104,6 +104,13 @@ CASES: list[tuple[str, str, str]] = [
     ("(raylet) node_manager.cc:3277: 2 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons", "host_oom", "ray-memory-monitor"),
     ("Resource exhausted: OOM when allocating tensor with shape[1024,50257] and type float on /job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu", "host_oom", "tf-host-oom"),
     ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).", "host_oom", "dataloader-shm"),
+    # /dev/shm exhaustion is host memory, not storage, even when it says "No space left on device"
+    ("    sl = self._semlock = _multiprocessing.SemLock(\nOSError: [Errno 28] No space left on device", "host_oom", "shm-object-exhausted"),
+    ("  File \"/usr/lib/python3.10/multiprocessing/synchronize.py\", line 162, in __init__\n    SemLock.__init__(self, SEMAPHORE, 1, 1, ctx=ctx)\nOSError: [Errno 28] No space left on device", "host_oom", "shm-object-exhausted"),
+    ("RuntimeError: unable to write to file </torch_18692_1954506624>: No space left on device (28)", "host_oom", "shm-object-exhausted"),
+    ("RuntimeError: unable to mmap 1048576 bytes from file </torch_4096_12345_0>: Cannot allocate memory (12)", "host_oom", "shm-object-exhausted"),
+    ("OSError: [Errno 28] No space left on device: '/dev/shm/psm_1c3a'", "host_oom", "dataloader-shm"),
+    ("RuntimeError: DataLoader worker (pid 325) is killed by signal: Bus error.\nERROR: Unexpected bus error encountered in worker. /dev/shm is too small", "host_oom", "dataloader-shm"),
     ("MemoryError", "host_oom", "py-MemoryError"),
     ("terminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc", "host_oom", "cpp-bad-alloc"),
     ("ERROR torch/distributed/elastic/multiprocessing/api.py:826] failed (exitcode: -9) local_rank: 0 (pid: 1322) of binary: /usr/bin/python", "host_oom", "launcher-child-sigkilled"),

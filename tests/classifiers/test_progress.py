@@ -1,0 +1,144 @@
+"""The training-progress analyzer: loss / loss-scale / grad-norm series in real formats."""
+
+from __future__ import annotations
+
+import io
+import math
+import random
+
+import pytest
+
+from pitstop.models import Cause, SchedulerFacts
+
+from classifiers import classify_files, classify_text
+from classifiers.progress import analyze
+from classifiers.scan import HEAD_SAMPLE_BYTES, TAIL_SAMPLE_BYTES
+
+
+def _sigs(text: str) -> list[str]:
+    return [f.signature for f in analyze([(i + 1, line.encode()) for i, line in enumerate(text.splitlines())])]
+
+
+def _megatron(losses, scale=65536.0, skipped=0, grad="1.2") -> str:
+    return "\n".join(
+        f" iteration {i + 1:8d}/  100000 | consumed samples: {(i + 1) * 512:10d} | elapsed time per iteration (ms): 812.3 |"
+        f" learning rate: 3.000E-04 | global batch size:   512 | lm loss: {x:.6E} | loss scale: {scale} |"
+        f" grad norm: {grad} | number of skipped iterations: {skipped:3d} | number of nan iterations:   0 |"
+        for i, x in enumerate(losses)
+    )
+
+
+def _hf(losses) -> str:
+    return "\n".join(
+        f"{{'loss': {x!r}, 'grad_norm': 1.{i % 9}, 'learning_rate': 1.9e-05, 'epoch': {i / 100:.2f}}}"
+        for i, x in enumerate(losses)
+    )
+
+
+def _plain(losses) -> str:
+    return "\n".join(f"step {100 * (i + 1)} | loss {x:.4f} | lr 3.0e-04" for i, x in enumerate(losses))
+
+
+DIVERGING = [6.9, 6.4, 6.1, 6.0, 5.9, 5.95, 6.0, 5.9, 6.1, 7.4, 9.8, 11.2, 11.6, 12.0]
+NAN_AFTER_RISE = [6.2, 6.0, 5.9, 6.0, 6.1, 7.9, 11.0, float("nan"), float("nan")]
+
+
+@pytest.mark.parametrize("fmt", [_megatron, _hf, _plain])
+def test_divergence_after_warmup_is_numerical_never_success(fmt) -> None:
+    log = fmt(DIVERGING) + "\n***** train metrics *****\nTraining finished\n"
+    assert "loss-diverged" in _sigs(log)
+    verdict = classify_text(log)
+    assert verdict.cause is Cause.NUMERICAL and verdict.signature == "loss-diverged", verdict
+
+
+@pytest.mark.parametrize("fmt", [_megatron, _hf, _plain])
+def test_loss_that_goes_to_nan_is_numerical(fmt) -> None:
+    log = fmt(NAN_AFTER_RISE) + "\nTraining finished\n"
+    verdict = classify_text(log, SchedulerFacts(exit_code=0))
+    assert verdict.cause is Cause.NUMERICAL, verdict
+    assert any("nan" in e.text.lower() for e in verdict.evidence)
+
+
+@pytest.mark.parametrize("fmt", [_megatron, _hf, _plain])
+def test_healthy_noisy_curve_is_not_numerical(fmt) -> None:
+    rng = random.Random(7)
+    # Decaying loss with +-15% step noise, a few isolated spikes, and the fp16 start-up search.
+    losses = [max(0.2, 2.5 * math.exp(-i / 300) + 1.6) * (1 + rng.uniform(-0.15, 0.15)) for i in range(600)]
+    for at in (120, 333, 480):
+        losses[at] *= 2.2  # one-step spikes that come back down
+    log = fmt(losses) + "\nTraining finished\n"
+    assert _sigs(log) == []
+    assert classify_text(log).cause is not Cause.NUMERICAL
+
+
+def test_rising_loss_during_warmup_only_is_not_divergence() -> None:
+    assert _sigs(_plain([2.0, 4.5, 6.0, 5.0, 4.2, 3.9, 3.6, 3.5, 3.3, 3.2])) == []
+
+
+def test_single_nan_that_recovers_is_a_skipped_step() -> None:
+    assert _sigs(_hf([2.1, 2.0, float("nan"), 1.9, 1.9, 1.8])) == []
+
+
+def test_deepspeed_loss_scale_collapse() -> None:
+    log = "\n".join(
+        f"[2023-06-07 22:{m:02d}:00,018] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! Rank 0 "
+        f"Skipping step. Attempted loss scale: {a}, reducing to {max(a // 2, 1)}"
+        for m, a in enumerate([64, 32, 16, 8, 4, 2, 1, 1, 1])
+    )
+    assert "loss-scale-collapsed" in _sigs(log)
+    verdict = classify_text(log + "\n{'train_runtime': 5122.1, 'train_loss': 2.01}\n")
+    assert verdict.cause is Cause.NUMERICAL
+
+
+def test_megatron_scale_one_with_skipped_iterations_collapses() -> None:
+    log = _megatron([2.3] * 6, scale=1.0, skipped=10, grad="nan")
+    assert "loss-scale-collapsed" in _sigs(log)
+
+
+def test_bf16_megatron_scale_one_without_skips_is_healthy() -> None:
+    assert _sigs(_megatron([2.3, 2.29, 2.27, 2.3, 2.26, 2.25, 2.24], scale=1.0)) == []
+
+
+def test_startup_loss_scale_search_is_not_an_overflow_run() -> None:
+    scales = [2**32 >> i for i in range(8)]
+    log = "\n".join(
+        f"[INFO] [stage2.py:1357:step] [deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: {a}, reducing to {a // 2}"
+        for a in scales
+    ) + "\n" + _hf([2.1, 2.0, 1.95, 1.9, 1.9, 1.85])
+    assert _sigs(log) == []
+
+
+def test_long_overflow_run_at_small_scale() -> None:
+    log = "\n".join(
+        f"[INFO] [fused_optimizer.py:316:_update_scale] Grad overflow on iteration {i}\n"
+        f"[INFO] [logging.py:60:log_dist] [Rank 0] Overflow detected. Skipping step. Attempted loss scale: {a}, reducing to {a / 2}"
+        for i, a in enumerate([512.0, 256.0, 128.0, 64.0, 32.0, 16.0, 8.0, 4.0])
+    )
+    assert "overflow-run" in _sigs(log)
+
+
+def test_validation_loss_is_not_the_training_series() -> None:
+    lines = [f"epoch {i}: train loss : {1.0 - i * 0.01:.4f}\nvalidation loss: {1.0 + i * 0.5:.4f}" for i in range(12)]
+    assert _sigs("\n".join(lines)) == []
+
+
+def test_hardware_fault_outranks_the_analyzer() -> None:
+    log = _plain(NAN_AFTER_RISE) + "\n[ 99.1] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"
+    assert classify_text(log).cause is Cause.GPU_HARDWARE
+
+
+def test_only_head_and_tail_are_read_and_line_numbers_are_exact(tmp_path) -> None:
+    # A big healthy middle, then divergence at the end: found from the tail, with true line numbers.
+    path = tmp_path / "train.log"
+    healthy = _plain([2.0 + 0.01 * (i % 7) for i in range(40000)])
+    tail = _plain(DIVERGING)
+    path.write_text(healthy + "\n" + tail + "\n")
+    assert path.stat().st_size > HEAD_SAMPLE_BYTES + TAIL_SAMPLE_BYTES
+    verdict = classify_files([path])
+    assert verdict.signature == "loss-diverged", verdict
+    lines = path.read_text().splitlines()
+    for ev in verdict.evidence:
+        assert lines[ev.line - 1] == ev.text, ev
+    # The same through a pipe-like stream (counted as it passes) gives the same lines.
+    piped = classify_text(io.BytesIO(path.read_bytes()).getvalue())
+    assert [e.line for e in piped.evidence] == [e.line for e in verdict.evidence]

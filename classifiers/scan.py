@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import BinaryIO, NamedTuple
 
+from pitstop.files import read_at_most
 from pitstop.models import Cause
 
 from classifiers import progress as _progress
@@ -136,19 +137,6 @@ def _read_full(stream: BinaryIO, into: memoryview) -> int:
     return total
 
 
-def _read_bytes(stream: BinaryIO, size: int) -> bytes:
-    """Up to `size` bytes, fewer only at the end of the stream."""
-    parts: list[bytes] = []
-    total = 0
-    while total < size:
-        chunk = stream.read(size - total)
-        if not chunk:
-            break
-        parts.append(chunk)
-        total += len(chunk)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
 def _windows(stream: BinaryIO, window_bytes: int, free: list[bytearray]) -> Iterator[_Window]:
     """Line-aligned windows over the stream, in order. Buffers come from (and go back to) `free`.
 
@@ -161,7 +149,7 @@ def _windows(stream: BinaryIO, window_bytes: int, free: list[bytearray]) -> Iter
     while True:
         need = len(carry) + window_bytes
         if first:
-            buf: bytes | bytearray = _read_bytes(stream, window_bytes)
+            buf: bytes | bytearray = read_at_most(stream, window_bytes)
             got = len(buf)
             first = False
         else:

@@ -69,4 +69,4 @@ def read_at_most(stream: BinaryIO, limit: int) -> bytes:
             break
         chunks.append(chunk)
         total += len(chunk)
-    return b"".join(chunks)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # one read: no copy (the scanner's case)

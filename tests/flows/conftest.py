@@ -118,3 +118,18 @@ def webhook() -> Webhook:
     yield hook
     server.shutdown()
     server.server_close()
+
+
+def act_on_dev_cluster(monkeypatch: pytest.MonkeyPatch, slurm_cluster, sshd) -> None:
+    """Settings for flows that act on the real dev cluster (Slurm + its sshd), in act mode."""
+    monkeypatch.setenv("PITSTOP_PIPELINE__APPROVAL_TIMEOUT_S", "3")  # an unexpected question fails fast
+    monkeypatch.setenv("PITSTOP_CLUSTER", "slurm")
+    # the dev cluster's RebootProgram is /bin/true: a reboot never completes, so do not wait for it
+    monkeypatch.setenv("PITSTOP_PIPELINE__REBOOT_WAIT_S", "0")
+    monkeypatch.setenv("PITSTOP_MODE", "act")
+    monkeypatch.setenv("PITSTOP_SLURM__CONF_PATH", str(slurm_cluster.conf_path))
+    monkeypatch.setenv("PITSTOP_SLURM__CLUSTER_NAME", "devcluster")
+    for key, value in {"USER": sshd.user, "KEY_FILE": sshd.client_key, "KNOWN_HOSTS": sshd.known_hosts,
+                       "PORT": sshd.port, "CONNECT_TIMEOUT_S": 5}.items():
+        monkeypatch.setenv(f"PITSTOP_SSH__{key}", str(value))
+    monkeypatch.setenv("PITSTOP_SSH__ADDRESSES", json.dumps(sshd.addresses))

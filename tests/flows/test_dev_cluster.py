@@ -15,7 +15,7 @@ import pytest
 
 from pitstop.store.tables import ActionRecord, Incident
 from tests.cluster.conftest import dev_cluster_env, slurm_cluster, sshd  # noqa: F401  (session fixtures)
-from tests.flows.conftest import rows, wait_for
+from tests.flows.conftest import act_on_dev_cluster, rows, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.prefect, pytest.mark.slow]
 
@@ -49,16 +49,7 @@ SMALL_CLUSTER_LIMITS = {
 @pytest.fixture
 def cluster_env(slurm_cluster, sshd, mailbox, use_policy, monkeypatch, tmp_path):  # noqa: F811
     use_policy(**SMALL_CLUSTER_LIMITS)
-    monkeypatch.setenv("PITSTOP_PIPELINE__APPROVAL_TIMEOUT_S", "3")  # an unexpected question fails fast
-    monkeypatch.setenv("PITSTOP_CLUSTER", "slurm")
-    monkeypatch.setenv("PITSTOP_PIPELINE__REBOOT_WAIT_S", "0")  # the dev cluster's RebootProgram is /bin/true: a reboot never completes, so do not wait for it
-    monkeypatch.setenv("PITSTOP_MODE", "act")
-    monkeypatch.setenv("PITSTOP_SLURM__CONF_PATH", str(slurm_cluster.conf_path))
-    monkeypatch.setenv("PITSTOP_SLURM__CLUSTER_NAME", "devcluster")
-    for key, value in {"USER": sshd.user, "KEY_FILE": sshd.client_key, "KNOWN_HOSTS": sshd.known_hosts,
-                       "PORT": sshd.port, "CONNECT_TIMEOUT_S": 5}.items():
-        monkeypatch.setenv(f"PITSTOP_SSH__{key}", str(value))
-    monkeypatch.setenv("PITSTOP_SSH__ADDRESSES", json.dumps(sshd.addresses))
+    act_on_dev_cluster(monkeypatch, slurm_cluster, sshd)
     monkeypatch.setenv("PITSTOP_PIPELINE__KERNEL_LOG_ARGV", json.dumps(["dmesg"]))
     return slurm_cluster
 

@@ -2,8 +2,8 @@
 and how any outside text is made safe for a one-line log.
 
 Standard library `re` only: the Slurm hooks import this on every job end. The node and job
-patterns are the ones `pitstop.cluster.base` validates scheduler arguments with
-(tests/triggers/test_hook_ids.py keeps the two equal). Always `fullmatch`: `$` also matches
+patterns are also the ones `pitstop.cluster.base` validates scheduler arguments with (it
+imports them from here). Always `fullmatch`: `$` also matches
 before a trailing newline, so 'gpu01\\n' would pass a `match(...$)`.
 """
 

@@ -13,10 +13,12 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-# Slurm node names: letters, digits, '-', '_', '.'; job ids: 123, 123_4 (array), 123+1 (het).
+from pitstop.ids import PATTERNS
+
+# The one definition of a node name and a job id (pitstop/ids.py, which the Slurm hooks use too).
 # Always fullmatch: `$` also matches before a trailing newline ('gpu01\n' would pass).
-_NODE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_JOB_RE = re.compile(r"[0-9]{1,12}(?:[_+][0-9]{1,9})?")
+_NODE_RE = PATTERNS["node name"]
+_JOB_RE = PATTERNS["job id"]
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 

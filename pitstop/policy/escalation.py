@@ -171,11 +171,14 @@ def _end_of(node: str, steps: list[PlannedAction], policy: Policy, outcomes: dic
     def state(a: PlannedAction) -> str | None:
         return _state(a, outcomes)
 
-    waiting = [a for a in steps if state(a) in {"awaiting_approval", "intended", "running"} and a.disposition != "would_do"]
-    if waiting:
-        return NodeEnd(node=node, state=EndState.AWAITING_APPROVAL if state(waiting[0]) == "awaiting_approval" else EndState.HANDED_OVER,
-                       detail=f"next step: {waiting[0].kind.value}" + (" (waiting for approval)" if state(waiting[0]) == "awaiting_approval" else " (not finished)"),
-                       owner=None if state(waiting[0]) == "awaiting_approval" else policy.handover_to)
+    pending = next((a for a in steps if state(a) in {"awaiting_approval", "intended", "running"}
+                    and a.disposition != "would_do"), None)
+    if pending is not None and state(pending) == "awaiting_approval":
+        return NodeEnd(node=node, state=EndState.AWAITING_APPROVAL,
+                       detail=f"next step: {pending.kind.value} (waiting for approval)")
+    if pending is not None:  # a step that never finished (its run died): a person picks it up
+        return NodeEnd(node=node, state=EndState.HANDED_OVER, owner=policy.handover_to,
+                       detail=f"next step: {pending.kind.value} (not finished)")
     tickets = [a for a in steps if a.kind is ActionKind.RMA_TICKET and state(a) == "done"]
     if tickets:
         tid = outcomes[tickets[-1].seq].ticket_id

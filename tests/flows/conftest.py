@@ -69,14 +69,16 @@ def outbox(home: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(box.glob("*.json"))]
 
 
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.1, log: Path | None = None):
+    """Poll until `predicate` is truthy; on time-out say what, plus the tail of `log` if given."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+    tail = f":\n{log.read_text(errors='replace')[-4000:]}" if log is not None else ""
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{tail}")
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from pitstop.events.models import JOB_ENDED, JobEnded
 from pitstop.processes import stop_process_group
 from pitstop.store import Store
 from pitstop.store.tables import ActionRecord, Incident
+from tests.flows.conftest import wait_for
 from tests.triggers.conftest import PITSTOP_BIN, PrefectRest
 from tests.triggers.up import job_automation, patch, start_up, up_env
 
@@ -49,13 +50,7 @@ def _rows(home: Path, model):
 
 
 def _wait(predicate, timeout_s: float, what: str, log: Path, interval: float = 1.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}:\n{log.read_text(errors='replace')[-4000:]}")
+    return wait_for(predicate, timeout_s, what, interval=interval, log=log)
 
 
 def _stored(api_url: str, ids: list[str]) -> bool:

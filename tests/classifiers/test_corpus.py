@@ -91,10 +91,10 @@ def _rounds(tmp_path, keep) -> Path:
 
 
 def test_second_corpus_of_real_excerpts_from_other_threads(tmp_path) -> None:
-    """335 excerpts from threads outside the dev set (see harvest-README.md), rounds A-I."""
-    assert evaluate_corpus(HARVEST).total == 335
+    """393 excerpts from threads outside the dev set (see harvest-README.md), rounds A-J."""
+    assert evaluate_corpus(HARVEST).total == 393
     # Rounds A-H (308 rows): floors just under today's figures (accuracy 0.860; 0.984 unambiguous).
-    report = evaluate_corpus(_rounds(tmp_path, lambda r: r != "I"))
+    report = evaluate_corpus(_rounds(tmp_path, lambda r: r not in {"I", "J"}))
     assert report.total == 308
     assert report.accuracy >= 0.85, report.mistakes
     assert report.unambiguous is not None and report.unambiguous.accuracy >= 0.98, report.mistakes

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pitstop.models import Cause, Evidence, Verdict
 
+from classifiers.ambiguity import Rival, alternatives_for, decided_over
 from classifiers.hits import Hit, ProgressHit
 from classifiers.rule_model import CLOSE_PRIORITY, Rule
 from classifiers.scheduler_facts import FactHit
@@ -119,10 +120,32 @@ def decide(candidates: Sequence[Candidate]) -> Verdict:
     if winner.last is not None and (winner.last.source, winner.last.line) not in seen:
         # First and last occurrence of the deciding rule: when it started and that it persisted.
         evidence = [*evidence[: MAX_EVIDENCE - 1], winner.last]
+    confidence = round(min(confidence, 0.99), 3)
+    rivals = _rivals(winner, ranked)
     return Verdict(
         cause=winner.cause,
         signature=winner.signature,
-        confidence=round(min(confidence, 0.99), 3),
+        confidence=confidence,
         evidence=evidence[:MAX_EVIDENCE],
         hint=winner.hint,
+        alternatives=alternatives_for(winner.cause, winner.signature, confidence, rivals, _CLOSE_PRIORITY),
+        decided_by=decided_over(winner.cause, winner.signature, rivals),
     )
+
+
+def _rivals(winner: Candidate, ranked: Sequence[Candidate]) -> list[Rival]:
+    """The best-ranked candidate of every other cause, in rank order.
+
+    Only candidates within CLOSE_PRIORITY of their own source's strongest hit count: those are the
+    ones a pruned scan is guaranteed to keep (classifiers.scan), so the alternatives do not depend
+    on the engine, the window size or the thread count.
+    """
+    strongest: dict[int, int] = {}
+    for c in ranked:
+        strongest[c.order[0]] = max(strongest.get(c.order[0], 0), c.priority)
+    best: dict[Cause, Candidate] = {}
+    for c in ranked:
+        if c.cause is not winner.cause and c.priority > strongest[c.order[0]] - _CLOSE_PRIORITY:
+            best.setdefault(c.cause, c)
+    return [Rival(cause=c.cause, signature=c.signature, confidence=c.confidence, hint=c.hint,
+                  priority_gap=max(0, winner.priority - c.priority)) for c in best.values()]

@@ -44,6 +44,12 @@ _PREFIXES = (b"lm ", b"train ", b"train_", b"training ", b"training_", b"total "
 _NOT_TRAIN = re.compile(rb"(?:val|valid|validation|eval|test|dev)$")
 _GRAD = re.compile(rb"grad[ _]?norm['\"]?[ \t]*[:=]?[ \t]*" + _NUM)
 _SCALE = re.compile(rb"loss[ _]scale['\"]?[ \t]*[:=][ \t]*" + _NUM)
+# The current scale on a progress line, any separator (fairseq: `| loss_scale 0.000 |`).
+_REPORTED_SCALE = re.compile(rb"(?<![a-z_])loss[ _]scale['\"]?[ \t]*[:=]?[ \t]*" + _NUM + rb"(?![a-z0-9_.])")
+# fp16 dynamic loss scaling starts at 2**15..2**32 and halves on each overflow; a scale below 1
+# means steps overflow even with the gradients scaled down (fairseq stops at --min-loss-scale,
+# 1e-4, "Minimum loss scale reached"; Megatron and DeepSpeed floor at 1).
+COLLAPSED_SCALE = 1.0
 _REDUCE = re.compile(
     rb"(?:attempted loss scale:?[ \t]*" + _NUM + rb",?[ \t]*reducing to[ \t]*" + _NUM
     + rb"|reducing (?:dynamic )?loss scale (?:from[ \t]*" + _NUM + rb"[ \t]*)?to[ \t]*" + _NUM + rb")",
@@ -136,6 +142,7 @@ def analyze(lines: Sequence[tuple[Hashable, bytes]]) -> list[Finding]:
     grads: list[_Point] = []
     events: list[tuple[Hashable, float, float, bytes]] = []  # overflow: (key, attempted, new, line)
     low_scale_skips: list[tuple[Hashable, bytes]] = []
+    reported: list[_Point] = []  # the scale a progress line reports
     for key, raw in lines:
         line = raw[:MAX_LINE]
         low = line.lower()
@@ -165,6 +172,13 @@ def analyze(lines: Sequence[tuple[Hashable, bytes]]) -> list[Finding]:
                     pass
             elif _OVERFLOW.search(low):
                 events.append((key, math.nan, math.nan, line))
+        if b"scale" in low and b"reducing" not in low:
+            shown = _REPORTED_SCALE.search(low)
+            if shown is not None:
+                try:
+                    reported.append(_Point(key, _value(shown.group(1)), line))
+                except ValueError:
+                    pass
         if b"skipped iterations" in low and b"scale" in low:
             skipped = _SKIPPED.search(low)
             scale = _SCALE.search(low)
@@ -175,7 +189,7 @@ def analyze(lines: Sequence[tuple[Hashable, bytes]]) -> list[Finding]:
                 except ValueError:
                     pass
     out: list[Finding] = []
-    for finding in (_nonfinite(losses), _collapse(events, low_scale_skips), _diverged(losses),
+    for finding in (_nonfinite(losses), _collapse(events, low_scale_skips, reported), _diverged(losses),
                     _overflow_run(events), _grad_nonfinite(grads, losses)):
         if finding is not None:
             out.append(finding)
@@ -221,7 +235,7 @@ def _diverged(losses: Sequence[_Point]) -> Finding | None:
 
 
 def _collapse(events: Sequence[tuple[Hashable, float, float, bytes]],
-              low_scale_skips: Sequence[tuple[Hashable, bytes]]) -> Finding | None:
+              low_scale_skips: Sequence[tuple[Hashable, bytes]], reported: Sequence[_Point] = ()) -> Finding | None:
     at_min = [e for e in events if math.isfinite(e[2]) and e[2] <= 1.0 and e[1] <= 2.0]
     hint = HINTS["loss-scale-collapsed"]
     if len(at_min) >= 2:
@@ -231,6 +245,12 @@ def _collapse(events: Sequence[tuple[Hashable, float, float, bytes]],
         return Finding("loss-scale-collapsed", _P_COLLAPSE, 0.85, hint,
                        ((low_scale_skips[0][0], _text(low_scale_skips[0][1])),
                         (low_scale_skips[-1][0], _text(low_scale_skips[-1][1]))))
+    # The run's last reported scale is below 1: collapsed, whatever the loss looks like.
+    if reported and 0.0 <= reported[-1].value < COLLAPSED_SCALE:
+        first = next(p for p in reported if p.value < COLLAPSED_SCALE)
+        evidence = ((first.key, _text(first.text)),) + (
+            ((reported[-1].key, _text(reported[-1].text)),) if reported[-1].key != first.key else ())
+        return Finding("loss-scale-collapsed", _P_COLLAPSE, 0.8, hint, evidence)
     return None
 
 

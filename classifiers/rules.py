@@ -95,7 +95,7 @@ RULES: tuple[Rule, ...] = (
     _r("mpi-lost-daemon", NO, 84, r"(ORTE|PRTE) has lost communication with (a |its )?(remote )?daemon",
        "mpirun lost a node's daemon: check that node is up (it may have rebooted or died), then "
        "the route to it (firewall, oob_tcp_if_include); requeue"),
-    _r("node-lost-orchestrator", NO, 88, r"NodeDiedError|NodeNotReady|node[^\n]{0,60} (is|became) NotReady|NodeLost|Node [^\n]{0,60}is unreachable|^[^\n \t]+ +NotReady +",
+    _r("node-lost-orchestrator", NO, 88, r"NodeDiedError|NodeNotReady|NodeStatusUnknown|Kubelet stopped posting node status|node[^\n]{0,60} (is|became) NotReady|NodeLost|Node [^\n]{0,60}is unreachable|^[^\n \t]+ +NotReady +",
        "the orchestrator lost a node (Ray/Kubernetes): check that node; requeue"),
     _r("kernel-panic", NO, 90, r"Kernel panic|kernel BUG at", "the node's kernel crashed: drain and inspect"),
     # The kernel's PCIe Advanced Error Reporting: a FATAL uncorrected error on the path to a GPU
@@ -201,6 +201,10 @@ RULES: tuple[Rule, ...] = (
        "/dev/shm (shared memory for semaphores and DataLoader tensors) is full or too small: raise the "
        "container's --shm-size / use --ipc=host, or fewer DataLoader workers; not a full disk"),
     _r("py-MemoryError", HO, 80, r"(^|[^\nA-Za-z])MemoryError\b", "host RAM exhausted in Python: reduce memory use", caseless=False),
+    # RDMA pins its buffers: ENOMEM from ibv_create_cq/ibv_reg_mr is the locked-memory limit, not
+    # RAM (rdma-core ibv_reg_mr(3); NCCL troubleshooting: memlock must be unlimited).
+    _r("rdma-memlock", EN, 87, r"ibv_(create_cq|create_qp|reg_mr|create_srq|alloc_pd)[^\n]{0,60}Cannot allocate memory|max locked memory \(ulimit -l\)|RLIMIT_MEMLOCK|locked memory limit",
+       "RDMA could not pin memory: raise the locked-memory limit (ulimit -l unlimited; slurmd's LimitMEMLOCK, PropagateResourceLimits)"),
     _r("cpp-bad-alloc", HO, 78, r"std::bad_alloc|Cannot allocate memory|\[Errno 12\]",
        "host allocation failed: reduce memory use or request more --mem", confidence=0.75),
     # The launcher's own "child failed with -9" line: most often the host OOM killer. The
@@ -210,7 +214,8 @@ RULES: tuple[Rule, ...] = (
     _r("deepspeed-killing-subprocess", HO, 21, r"sigkill_handler\] Killing subprocess",
        "DeepSpeed killed its ranks after one died silently (no error printed: usually the OOM killer); check dmesg / MaxRSS",
        confidence=0.45),
-    _r("process-killed", HO, 22, r"(^|[ *])Killed( |\*|\.|\r|$)",
+    # bash's job-status word for SIGKILL in other locales (zh_CN, zh_TW, de, fr, ru, ja).
+    _r("process-killed", HO, 22, r"(^|[ *])Killed( |\*|\.|\r|$)|已杀死|已殺死|Getötet|Processus arrêté|Убито|強制終了",
        "the process was SIGKILLed, most often by the OOM killer: check dmesg / sacct MaxRSS",
        confidence=0.55, caseless=False),
     # --- CUDA / accelerator memory ----------------------------------------------------------------
@@ -218,8 +223,17 @@ RULES: tuple[Rule, ...] = (
        "GPU memory exhausted: smaller batch, activation checkpointing, or more GPUs"),
     _r("tf-oom", CO, 80, r"OOM when allocating tensor|ResourceExhaustedError",
        "GPU memory exhausted (TensorFlow): smaller batch or model"),
-    _r("xla-oom", CO, 80, r"RESOURCE_EXHAUSTED: (Out of memory|Failed to allocate|Attempting to (reserve|allocate))|Out of memory while trying to allocate",
+    # XLA (JAX, torch_xla, TF on TPU) says RESOURCE_EXHAUSTED with the memory space: hbm is the
+    # accelerator's own memory (openxla/xla status messages; Cloud TPU troubleshooting guide).
+    _r("xla-oom", CO, 80, r"RESOURCE_EXHAUSTED: (Out of memory|Failed to allocate|Attempting to (reserve|allocate)|Error allocating device buffer|[^\n]{0,120}memory space hbm)|Ran out of memory in memory space (hbm|vmem)|Out of memory while trying to allocate|Resource exhausted: [^\n]{0,160}(memory|hbm|allocat)|HBM capacity [0-9.]+ ?[KMGT]|Program hbm requirement|Attempting to reserve [0-9.]+ ?[KMGT]i?B? at the bottom of memory",
        "accelerator memory exhausted (XLA/JAX): smaller batch or model"),
+    # TensorFlow's BFC allocator dumps its chunk table only when an allocation fails.
+    _r("tf-bfc-oom", CO, 79, r"Allocator \([^\n)]{1,40}\) ran out of memory|bfc_allocator\.cc:[0-9]+\][^\n]{0,20}(Sum Total of in-use chunks|Summary of in-use Chunks|Bin \([0-9]+\): +Total Chunks|InUse at [0-9a-fx]+)",
+       "GPU memory exhausted (TensorFlow BFC allocator dump): smaller batch or model, or allow_growth"),
+    # Other frameworks' words for a failed device allocation (MXNet storage manager, PaddlePaddle,
+    # ONNX Runtime's CUDA_CALL, Caffe's CUDA_CHECK: cudaErrorMemoryAllocation = 2).
+    _r("framework-gpu-oom", CO, 80, r"cudaMalloc( retry)? failed[^\n]{0,40}out of memory|Out of memory error on GPU|CUDA failure 2: out of memory|cudaSuccess \(2 vs\. 0\) +out of memory|out of memory on (GPU|device) [0-9]",
+       "GPU memory exhausted: smaller batch or model"),
     _r("kv-cache-no-memory", CO, 79, r"No available memory for the cache blocks|# GPU blocks: 0\b|larger than the maximum number of tokens that can be stored in KV cache",
        "no GPU memory left for the KV cache: lower max_model_len or raise gpu_memory_utilization / use more GPUs"),
     _r("cublas-not-initialized", CO, 56, r"CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate",
@@ -239,9 +253,11 @@ RULES: tuple[Rule, ...] = (
        "filesystem went read-only (often after disk errors): check the node's storage"),
     _r("fs-not-responding", IO, 74, r"nfs: server [^\n]{0,80}not responding|Transport endpoint is not connected|LustreError|Lustre:[^\n]{0,160}(lost|evict|not responding|timed out)|gpfs[^\n]{0,80}(unmounted|stale|error)",
        "network filesystem unavailable: check the mount and the file server"),
-    _r("evicted-disk-pressure", IO, 75, r"low on resource: ephemeral-storage|ephemeral local storage usage exceeds|DiskPressure",
+    # DiskPressure is only a disk problem when it is True: `kubectl describe node` lists the
+    # condition on every node, with False / Unknown most of the time.
+    _r("evicted-disk-pressure", IO, 75, r"low on resource: ephemeral-storage|ephemeral local storage usage exceeds|condition: \[DiskPressure\]|DiskPressure +True|node\.kubernetes\.io/disk-pressure",
        "the pod was evicted because the node's disk filled up: free space or raise the ephemeral-storage limit"),
-    _r("file-write-failed", IO, 74, r"file write failed|PytorchStreamWriter failed writing|failed to write (file|checkpoint)|short write",
+    _r("file-write-failed", IO, 74, r"file write failed|PytorchStreamWriter failed writing|failed to write (file|checkpoint)|short write|wrote [0-9]+ (blocks|bytes|items|elements) instead of [0-9]+",
        "writing a checkpoint/output failed: check free space, quota and the filesystem"),
     # TensorFlow reports a checkpoint write on a full disk as "Resource exhausted: <path>.tempstate".
     _r("tf-checkpoint-write-exhausted", IO, 76, r"Resource exhausted: [^\n]{0,300}tempstate",
@@ -285,12 +301,12 @@ RULES: tuple[Rule, ...] = (
     _r("slurm-preempted", PR, 55, r"DUE TO PREEMPTION|\bPREEMPTED\b|[Pp]reempted to accommodate|reason: Preempted",
        "the job was preempted: requeue it (it did nothing wrong)", caseless=False),
     # LSF's exit reason and Kubernetes' scheduler event name the preemption themselves.
-    _r("scheduler-preempted", PR, 55, r"TERM_PREEMPT|Preempted by [^\n ]+ on node|(pod|pods|workload|trial|replica)s? (was|were|has been|is being) preempted",
+    _r("scheduler-preempted", PR, 55, r"TERM_PREEMPT|Preempted by [^\n ]+ on node|Reason: +Preempting|(pod|pods|workload|trial|replica)s? (was|were|has been|is being) preempted",
        "the scheduler preempted the job for higher-priority work: requeue it (it did nothing wrong)"),
     _r("launcher-reports-preemption", PR, 50,
        r"this job (is|was|has been) preempted|\bjob( [0-9._]+)? (was|has been) preempted|received (a )?preemption (notice|signal)",
        "the launcher says the job was preempted: requeue it (if it was near its time limit, that is the cause)"),
-    _r("spot-reclaimed", PR, 54, r"spot (instance |VM )?(interruption|termination|reclaim|eviction)|(instance|node|VM|machine|cluster) (is|was|has been|is being) (preempted|reclaimed)|compute\.instances\.preempted|termination is imminent|terminated in response to (imminent )?node shutdown|Node is shutting|NodeShutdown|Evicted",
+    _r("spot-reclaimed", PR, 54, r"spot (instance |VM )?(interruption|termination|reclaim|eviction)|(instance|node|VM|machine|cluster) (is|was|has been|is being) (preempted|reclaimed)|compute\.instances\.preempted|Host EC2 \(instance [^\n)]{1,40}\) terminated|termination is imminent|terminated in response to (imminent )?node shutdown|Node is shutting|NodeShutdown|Evicted",
        "the node was reclaimed/evicted: requeue"),
     # A node's death explained as a preemption ("the actor's node was preempted") is the preemption.
     _r("node-preempted", PR, 91, r"(actor's|worker's|task's|its|this) node (was|has been) preempted",
@@ -313,7 +329,7 @@ RULES: tuple[Rule, ...] = (
        "the job used its whole time limit: " + MORE_TIME),
     _r("slurm-state-timeout", TL, 56, r"JobState=TIMEOUT\b|State=TIMEOUT\b| TIMEOUT +[0-9]+:[0-9]+",
        "Slurm ended the job at its time limit: " + MORE_TIME, caseless=False),
-    _r("walltime-exceeded", TL, 56, r"walltime [0-9:]+ exceeded limit|TERM_RUNLIMIT|exceeded (its |the )?(job |maximum )?(time|wall ?clock|wall ?time|run ?time|run) limit|(wall ?clock|wall ?time|run ?time|time) limit (exceeded|reached)|due to (the )?(wall ?clock|wall ?time|time) limit|DeadlineExceeded|activeDeadlineSeconds|exceeded (hard|soft) wallclock|resource allocation expired",
+    _r("walltime-exceeded", TL, 56, r"walltime [0-9:]+ exceeded limit|TERM_RUNLIMIT|qmaster enforced h_rt|exceeded (its |the )?(job |maximum )?(time|wall ?clock|wall ?time|run ?time|running time|run) limit|(wall ?clock|wall ?time|run ?time|time) limit (exceeded|reached)|due to (the )?(wall ?clock|wall ?time|time) limit|DeadlineExceeded|activeDeadlineSeconds|exceeded (hard|soft) wallclock|resource allocation expired",
        "the job hit its time limit: " + MORE_TIME),
     # SIGUSR1/2 reach a Slurm job only when it asked for them (`--signal=USR1@90`), as the warning
     # before its time limit; a preemption says DUE TO PREEMPTION (55) instead, so that beats this.
@@ -325,6 +341,11 @@ RULES: tuple[Rule, ...] = (
        "a CUDA kernel assert fired (often labels/indices out of range): " + USER),
     _r("cuda-unspecified-launch-failure", SW, 44, r"unspecified launch failure|cudaErrorLaunchFailure|CUDA_ERROR_LAUNCH_FAILED",
        "a kernel crashed on the GPU: a bug unless the node's kernel log shows an Xid", confidence=0.55),
+    # CUDA's catch-all (cudaErrorUnknown = 999, "unknown error"): as often a GPU that faulted as a
+    # bug, so it says so (classifiers.ambiguity settles it from the node's kernel log).
+    _r("cuda-error-unknown", SW, 44, r"Cuda failure (999|'unknown error')|cudaErrorUnknown|CUDA_ERROR_UNKNOWN|CUDA error: unknown error|cuda runtime error \((30|999)\) : unknown error",
+       "CUDA reported an unknown error (999): GPU or code; an Xid in the node's kernel log means the GPU",
+       confidence=0.5),
     _r("cuda-illegal-memory-access", SW, 44, r"illegal memory access was encountered|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress|misaligned address|illegal instruction was encountered",
        "illegal GPU memory access (bug in a kernel or extension; hardware if it recurs on one node)",
        confidence=0.7),
@@ -362,7 +383,7 @@ RULES: tuple[Rule, ...] = (
     _r("training-complete", OK, 5, r"'train_runtime': [0-9]|(program|training|job|run|script|process) (ended|finished|completed|exited) successfully|training (job )?(is )?(complete|completed|finished|done)\b|finished training|Saving final model|all done\b|(job|run) completed successfully|Engine run complete|End of run\b|EXIT_CODE=0\b|exited with (exit )?code 0\b|\*\*\*\*\* train metrics \*\*\*\*\*|Training finished|wandb: Synced [0-9]+ W&B file",
        "the job finished normally", confidence=0.7),
     # Serving jobs: a benchmark that printed its summary, a server that came up and listens.
-    _r("serving-up", OK, 5, r"Serving Benchmark Result|Benchmarking summary|Throughput: [0-9.]+ requests/s|Successful requests: +[1-9]|Starting vLLM server on|Application startup complete|The server is fired up and ready",
+    _r("serving-up", OK, 5, r"# Out of bounds values : 0 OK|Serving Benchmark Result|Benchmarking summary|Throughput: [0-9.]+ requests/s|Successful requests: +[1-9]|Starting vLLM server on|Application startup complete|The server is fired up and ready",
        "the inference server started / the benchmark finished normally", confidence=0.6),
     # A log that shows training progress and nothing recognisable as a failure.
     _r("training-progress", OK, 3, r"\bepoch[ :=\[]*[0-9]+|\bloss[ :=]+[0-9]|\biteration[ :=]+[0-9]+|\bstep[ :=]+[0-9]+",

@@ -42,6 +42,17 @@ class Evidence(BaseModel):
     source: str = Field(default="log", description="log | kernel | scheduler | <path>")
 
 
+class Alternative(BaseModel):
+    """Another cause the same log could mean, and the evidence that would tell the two apart."""
+
+    cause: Cause
+    confidence: float = Field(ge=0.0, le=1.0)
+    signature: str = Field(default="", description="the rule that points there; empty when only the ambiguity table does")
+    tells_apart: str = Field(description="what to look at to decide between the verdict and this cause")
+    settled_by: str | None = Field(
+        default=None, description="the node evidence that settles it automatically (classifiers.ambiguity.NodeTest)")
+
+
 class Verdict(BaseModel):
     """Why a job (or wrapped command) ended the way it did."""
 
@@ -50,6 +61,10 @@ class Verdict(BaseModel):
     confidence: float = Field(ge=0.0, le=1.0)
     evidence: list[Evidence] = Field(default_factory=list)
     hint: str = Field(default="", description="one-line operator hint for this signature")
+    alternatives: list[Alternative] = Field(
+        default_factory=list, description="other causes, most likely first, with what would tell them apart")
+    decided_by: str = Field(
+        default="", description="what settled an ambiguous verdict (node kernel logs, node checks), or why it is open")
 
     @property
     def is_failure(self) -> bool:

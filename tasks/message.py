@@ -61,6 +61,10 @@ def render(summary: IncidentSummary, max_evidence: int = 12) -> tuple[str, str]:
     ]
     if verdict and verdict.hint:
         lines.append(f"Hint: {verdict.hint}")
+    if verdict and verdict.decided_by:
+        lines.append(f"Decided by: {verdict.decided_by}")
+    for alt in (verdict.alternatives if verdict else [])[:3]:
+        lines.append(f"Or {alt.cause.value} ({alt.confidence:.2f}): {alt.tells_apart}")
     if summary.user:
         lines.append(f"User: {summary.user}")
     if summary.nodes:

@@ -22,6 +22,8 @@ def _verdict_json(path: str, verdict) -> str:
             "confidence": verdict.confidence,
             "evidence": [{"line": e.line, "text": e.text, "source": e.source} for e in verdict.evidence],
             "hint": verdict.hint,
+            "alternatives": [a.model_dump(mode="json") for a in verdict.alternatives],
+            "decided_by": verdict.decided_by,
         },
         ensure_ascii=False,
     )
@@ -34,6 +36,10 @@ def _print_human(path: str, verdict) -> None:
     for e in verdict.evidence:
         where = f"{e.source}:{e.line}" if e.line else e.source
         typer.echo(f"  {where}: {e.text}")
+    if verdict.decided_by:
+        typer.echo(f"  decided by: {verdict.decided_by}")
+    for alt in verdict.alternatives:
+        typer.echo(f"  or {alt.cause.value} ({alt.confidence:.2f}): {alt.tells_apart}")
 
 
 def _print_report(report, as_json: bool) -> None:

@@ -124,6 +124,8 @@ class Decision(BaseModel):
     cause: Cause
     signature: str
     confidence: float
+    decided_by: str = Field(default="", description="the verdict's settling evidence, or why it is still open")
+    alternatives: list[str] = Field(default_factory=list, description="other possible causes, most likely first")
     rule: str = Field(description="which rule matched, e.g. gpu_hardware:xid-79, or 'fallback'")
     rule_description: str = ""
     mode: str = Field(description="observe | canary (...) | act, as shown to people")
@@ -156,6 +158,8 @@ class Decision(BaseModel):
         ) or "no subject"
         lines = [
             f"{subject}: {self.cause.value} ({self.signature}, confidence {self.confidence:.2f})",
+            *([f"decided by: {self.decided_by}"] if self.decided_by else []),
+            *([f"could also be: {', '.join(self.alternatives)}"] if self.alternatives else []),
             f"mode: {self.mode}" + (" + dry-run" if self.dry_run else ""),
             f"rule: {self.rule}" + (f" - {self.rule_description}" if self.rule_description else ""),
         ]
@@ -215,6 +219,8 @@ def decide(
         cause=verdict.cause,
         signature=verdict.signature,
         confidence=verdict.confidence,
+        decided_by=verdict.decided_by,
+        alternatives=[f"{a.cause.value} ({a.confidence:.2f})" for a in verdict.alternatives],
         rule=rule.rule_id if rule else "fallback",
         rule_description=rule.description if rule else "no rule for this cause/signature",
         mode=mode.label(),

@@ -113,6 +113,10 @@ CASES: list[tuple[str, str, str]] = [
     ("RuntimeError: DataLoader worker (pid 325) is killed by signal: Bus error.\nERROR: Unexpected bus error encountered in worker. /dev/shm is too small", "host_oom", "dataloader-shm"),
     ("MemoryError", "host_oom", "py-MemoryError"),
     ("terminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc", "host_oom", "cpp-bad-alloc"),
+    # rdma-core: ENOMEM from verbs is the locked-memory limit
+    ("[1690000000.123456] [gpu01:4242 :0]  ib_device.c:1260 UCX  ERROR mlx5_0: ibv_create_cq() failed: Cannot allocate memory", "environment", "rdma-memlock"),
+    ("gpu01:4242:4300 [0] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_reg_mr failed with error Cannot allocate memory", "environment", "rdma-memlock"),
+    ("train.sh: line 12:  4242 已杀死               python train.py", "host_oom", "process-killed"),
     ("ERROR torch/distributed/elastic/multiprocessing/api.py:826] failed (exitcode: -9) local_rank: 0 (pid: 1322) of binary: /usr/bin/python", "host_oom", "launcher-child-sigkilled"),
     ("[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3', '-u', 'main.py', '--local_rank=0'] exits with return code = -9", "host_oom", "launcher-child-sigkilled"),
     ("[2023-04-07 13:09:33,201] [INFO] [launch.py:318:sigkill_handler] Killing subprocess 80", "host_oom", "deepspeed-killing-subprocess"),
@@ -127,6 +131,13 @@ CASES: list[tuple[str, str, str]] = [
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.78 GiB. GPU 0 has a total capacity of 31.47 GiB", "cuda_oom", "cuda-oom"),
     ("ResourceExhaustedError: OOM when allocating tensor with shape[25088,4096] and type float on /job:localhost/replica:0/task:0/device:GPU:0", "cuda_oom", "tf-oom"),
     ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 4770354232 bytes.", "cuda_oom", "xla-oom"),
+    ("RuntimeError: RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used 9.08G of 7.48G hbm. Exceeded hbm capacity by 1.60G.", "cuda_oom", "xla-oom"),
+    # TensorFlow common_runtime/bfc_allocator.cc: logged only when an allocation fails
+    ("W tensorflow/core/common_runtime/bfc_allocator.cc:267] Allocator (GPU_0_bfc) ran out of memory trying to allocate 3.80GiB.", "cuda_oom", "tf-bfc-oom"),
+    ("I tensorflow/core/common_runtime/bfc_allocator.cc:809]      Summary of in-use Chunks by size: ", "cuda_oom", "tf-bfc-oom"),
+    # MXNet src/storage/pooled_storage_manager.h; PaddlePaddle's allocator message
+    ("mxnet.base.MXNetError: [11:41:11] src/storage/./pooled_storage_manager.h:108: cudaMalloc failed: out of memory", "cuda_oom", "framework-gpu-oom"),
+    ("  (ResourceExhausted) Out of memory error on GPU 0. Cannot allocate 1.531250GB memory on GPU 0", "cuda_oom", "framework-gpu-oom"),
     ("E tensorflow/compiler/xla/xla_client/xla_util.cc:88]   (1) RESOURCE_EXHAUSTED: Attempting to reserve 6.48G at the bottom of memory. That was not possible.", "cuda_oom", "xla-oom"),
     ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Failed to allocate request for 2.99GiB (3206250496B) on device ordinal 0", "cuda_oom", "xla-oom"),
     ("E tensorflow/stream_executor/rocm/rocm_driver.cc:601] failed to allocate 7.35G (7889485824 bytes) from device: hipError_t(1002)", "cuda_oom", "cublas-alloc-failed"),
@@ -214,6 +225,8 @@ CASES: list[tuple[str, str, str]] = [
     ("/pytorch/aten/src/THCUNN/ClassNLLCriterion.cu:108: block: [0,0,0], thread: [8,0,0] Assertion `t >= 0 && t < n_classes` failed.", "software_bug", "cuda-device-assert"),
     ("RuntimeError: CUDA error: an illegal memory access was encountered", "software_bug", "cuda-illegal-memory-access"),
     ("RuntimeError: cuda runtime error (4) : unspecified launch failure at THCTensorCopy.cu:85", "software_bug", "cuda-unspecified-launch-failure"),
+    # NCCL's CUDACHECK wording (src/include/checks.h: "Cuda failure '%s'"), cudaErrorUnknown = 999
+    ("misc/strongstream.cc:395 NCCL WARN Cuda failure 'unknown error'", "software_bug", "cuda-error-unknown"),
     ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1275, invalid usage, NCCL version 2.14.3\nncclInvalidUsage: This usually reflects invalid usage of NCCL library.", "software_bug", "nccl-invalid-usage"),
     ("ZeroDivisionError: division by zero", "software_bug", "py-ZeroDivisionError"),
     ("[rank0]: KeyError: 'input_ids'", "software_bug", "py-KeyError"),

@@ -83,3 +83,23 @@ def test_bad_identifiers_are_refused_with_a_clear_message(prefect_server, demo):
     with pytest.raises(ValueError, match="not a valid node name"):
         node_alarm("gpu01 --all", "xid-79")
     assert _rows(Incident) == []
+
+
+def test_the_verdict_is_settled_by_the_job_nodes_and_the_mail_says_what_decided_it(prefect_server, demo, isolated_home):
+    """An NCCL timeout could be a hung rank, the fabric or a GPU: the flow reads every job node's
+    kernel log and node check before it decides, and the notification names what it found."""
+    from flows.post_failure import post_failure
+
+    [fault] = demo.inject_faults(1, kinds=["nccl_watchdog"])
+    report = post_failure(fault.job_id)
+    assert report.status == "done" and report.verdict.cause.value == "nccl_timeout"
+    decided = report.verdict.decided_by
+    assert decided.startswith("no ") and "hardware Xid" in decided and all(n in decided for n in fault.nodes)
+    assert {a.cause.value for a in report.verdict.alternatives} >= {"network_fabric", "gpu_hardware"}
+    [note] = list((isolated_home / "outbox").glob("*-ops.json"))
+    body = note.read_text()
+    assert f"Decided by: {decided}" in body and "Or network_fabric" in body
+    [incident] = _rows(Incident)
+    from pitstop.policy.decide import Decision
+
+    assert f"decided by: {decided}" in Decision.model_validate(incident.decision).explain()

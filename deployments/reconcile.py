@@ -23,10 +23,10 @@ from pydantic import BaseModel, Field
 from sqlmodel import col, or_, select
 
 from pitstop.config import Settings
-from pitstop.reconcile.liveness import incident_lock_path, lock_state, this_host
 from pitstop.reconcile.model import STUCK_STATUSES, KnownIncident, KnownRun, Limits, Plan, Route, SeenEvent
 from pitstop.reconcile.plan import plan
 from pitstop.store import Store
+from pitstop.store.locks import incident_locks
 from pitstop.store.tables import Incident
 
 from deployments.serve import EVENT_ROUTES
@@ -159,10 +159,10 @@ def read_incidents(store: Store, home, since: datetime) -> list[KnownIncident]:
                                        col(Incident.status).in_(sorted(STUCK_STATUSES))))
     with store.session() as session:
         rows = list(session.exec(query))
-    host = this_host()
+    locks = incident_locks(store, home)  # PostgreSQL: every host's locks; SQLite: this host's files
     out = []
     for row in rows:
-        lock = lock_state(incident_lock_path(home, row.id), host) if row.status in STUCK_STATUSES else "unknown"
+        lock = locks.state(row.id) if row.status in STUCK_STATUSES else "unknown"
         out.append(KnownIncident(
             id=row.id, kind=row.kind, cluster=row.cluster, job_id=row.job_id, node=row.node,
             idem_key=row.idem_key, end_time=row.end_time, status=row.status, flow_run_id=row.flow_run_id,

@@ -9,17 +9,16 @@ Idempotency:
   - every planned action is journaled as intent before any runs; each then moves
     intended -> running -> done/failed/skipped (compare-and-set: a finished row never changes),
     so a re-run skips what finished before a crash;
-  - while one process remediates an incident it holds an exclusive lock file; a duplicate run
+  - while one process remediates an incident it holds the incident lock (pitstop.store.locks:
+    an advisory lock on PostgreSQL, seen by every host; a lock file on SQLite); a duplicate run
     that finds it held leaves the incident alone, and a killed run releases it with its process.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import os
 from collections.abc import Iterable, Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from pydantic import BaseModel, Field
 from sqlalchemy import update
@@ -30,7 +29,8 @@ from pitstop.events.models import JobEnded
 from pitstop.models import Cause, Verdict
 from pitstop.policy.history import History
 from pitstop.policy.safety import ModeState, drain_owner
-from pitstop.store import records
+from pitstop.store import locks, records
+from pitstop.store.locks import incident_locks
 from pitstop.store.tables import ActionRecord, Incident, utcnow
 from tasks.context import PipelineContext
 
@@ -48,28 +48,16 @@ class IncidentHandle(BaseModel):
     decision: dict | None = None
 
 
-class IncidentBusy(RuntimeError):
-    """Another live run is remediating this incident right now."""
+# What a busy incident_lock raises; the flows catch it as journal.IncidentBusy.
+IncidentBusy = locks.IncidentBusy
 
 
 @contextlib.contextmanager
 def incident_lock(ctx: PipelineContext, incident_id: int) -> Iterator[None]:
-    lock_dir = ctx.settings.home / "locks"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    path = lock_dir / f"incident-{incident_id}.lock"
-    with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise IncidentBusy(f"incident {incident_id} is being remediated by another run") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.uname().nodename} pid={os.getpid()} flow_run={ctx.flow_run_id}\n")
-        handle.flush()
-        try:
-            yield None
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    """Held while this run remediates the incident; IncidentBusy at once if another run has it.
+    A context without a store (a bare one in tests) takes the file lock under settings.home."""
+    with incident_locks(getattr(ctx, "store", None), ctx.settings.home).hold(incident_id, ctx.flow_run_id):
+        yield None
 
 
 class JournalEntry(BaseModel):
@@ -118,7 +106,16 @@ def open_job_incident(ctx: PipelineContext, job: JobRecord, event: JobEnded | No
     return _handle(row, created)
 
 
+# A node's alarms within this window of an unfinished incident of that node join it: the hourly
+# sweep that finds Xid 48 and Xid 63 on one node asks one question, not one per Xid.
+NODE_FAULT_WINDOW = timedelta(hours=1)
+
+
 def open_node_incident(ctx: PipelineContext, node: str, alarm_key: str) -> IncidentHandle:
+    since = datetime.now(timezone.utc) - NODE_FAULT_WINDOW
+    joined = records.open_node_incident_since(ctx.store, cluster=ctx.cluster_name, node=node, since=since)
+    if joined is not None and joined.idem_key != records.node_incident_key(ctx.cluster_name, node, alarm_key):
+        return _handle(joined, False)
     row, created = records.create_node_incident(
         ctx.store, cluster=ctx.cluster_name, node=node, alarm_id=alarm_key, verdict=PENDING_VERDICT,
         flow_run_id=ctx.flow_run_id,
@@ -197,8 +194,28 @@ def finish(ctx: PipelineContext, incident_id: int, seq: int, state: str, result:
     return records.finish_action(ctx.store, incident_id, seq, state, result)
 
 
-def resolve_approval(ctx: PipelineContext, incident_id: int, seq: int, approved: bool, comment: str) -> bool:
-    return records.resolve_approval(ctx.store, incident_id, seq, approved, comment)
+def resolve_approval(ctx: PipelineContext, incident_id: int, seq: int, approved: bool, comment: str,
+                     by: str | None = None) -> bool:
+    return records.resolve_approval(ctx.store, incident_id, seq, approved, comment, by=by)
+
+
+def note_question(ctx: PipelineContext, incident_id: int, seq: int, facts: dict) -> None:
+    """What was asked about this step and how the question went out (params["approval"]):
+    `pitstop approvals` and `pitstop incidents --explain` read it; a re-run keeps its deadline."""
+    current = (action_entry(ctx, incident_id, seq) or JournalEntry(seq=seq, kind="", target="", state="")).params
+    _merge_params(ctx, incident_id, seq, {"approval": {**(current.get("approval") or {}), **facts}})
+
+
+def question_of(ctx: PipelineContext, incident_id: int, seq: int) -> dict:
+    entry = action_entry(ctx, incident_id, seq)
+    return dict((entry.params.get("approval") if entry else None) or {})
+
+
+def open_incidents_of_run(ctx: PipelineContext, flow_run_id: str) -> list[int]:
+    """Incidents this flow run was handling and did not finish (for its cancellation hook)."""
+    with ctx.store.session() as session:
+        rows = session.exec(select(Incident).where(Incident.flow_run_id == str(flow_run_id), Incident.status != "done"))
+        return [r.id for r in rows]
 
 
 # notify action -> the audience whose delivery settles it
@@ -228,6 +245,9 @@ def _delivered(delivery) -> bool:
     return str(delivery.status).lower().rsplit(".", 1)[-1] in {"sent", "skipped"}
 
 
+delivered = _delivered  # for the approval question's own delivery check (tasks.remediate)
+
+
 def settle_notify_lines(lines, deliveries) -> None:
     """Report lines for notify_* actions show how their own notification went."""
     for line in lines:
@@ -240,10 +260,18 @@ def settle_notify_lines(lines, deliveries) -> None:
 # --- tickets, nodes, breakers ---------------------------------------------------------------
 
 
-def create_ticket(ctx: PipelineContext, incident_id: int, node: str, **fields) -> int:
+class TicketHandle(BaseModel):
+    id: int
+    status: str = Field(description="approved | sending (a send began and its answer was never "
+                        "recorded) | sent | send_failed")
+    incident_key: str = Field(description="the incident's idempotency key (job:<cluster>:<job>:<end>...)")
+
+
+def create_ticket(ctx: PipelineContext, incident_id: int, node: str, **fields) -> TicketHandle:
+    """The one ticket of (incident, node): made now, or the one an earlier run made."""
     row, _ = records.create_ticket(
         ctx.store, records.TicketDraft(cluster=ctx.cluster_name, node=node, incident_id=incident_id, **fields))
-    return row.id
+    return TicketHandle(id=row.id, status=row.status, incident_key=records.get_incident(ctx.store, incident_id).idem_key)
 
 
 def update_ticket(ctx: PipelineContext, ticket_id: int, status: str, sink_result: str | None = None) -> None:
@@ -251,9 +279,9 @@ def update_ticket(ctx: PipelineContext, ticket_id: int, status: str, sink_result
 
 
 def ticket_delivered(ctx: PipelineContext, incident_id: int, node: str) -> bool:
-    """After a crash mid-ticket: did it reach its sink (or need none)? If not, it is redone:
-    the ticket row is one per (incident, node), so at worst the sink hears of it twice, which
-    beats a vendor never hearing of it."""
+    """After a crash mid-ticket: did its sink answer (or was none needed)? If not, it is sent
+    again with the same ticket key (tasks/tickets.py), which a sink uses to keep one ticket:
+    that beats a vendor never hearing of it."""
     ticket = next((t for t in records.tickets_for(ctx.store, ctx.cluster_name, node) if t.incident_id == incident_id), None)
     return ticket is not None and ticket.sink_result is not None and ticket.status in {"sent", "approved"}
 

@@ -1,9 +1,11 @@
 """Is a process still remediating an incident? Asked of the incident lock, not of Prefect.
 
-While a flow remediates an incident it holds an exclusive flock on
+On SQLite, while a flow remediates an incident it holds an exclusive flock on
 `$PITSTOP_HOME/locks/incident-<id>.lock` (tasks/journal.incident_lock) with its host name on
 the first line; the kernel drops the lock when the process dies, `kill -9` included. Prefect
-cannot tell: a run whose process was killed stays RUNNING there.
+cannot tell: a run whose process was killed stays RUNNING there. This module probes that file;
+on PostgreSQL the lock is an advisory lock that every host sees (pitstop.store.locks, whose
+`incident_locks(store, home).state(id)` answers for either kind).
 """
 
 from __future__ import annotations

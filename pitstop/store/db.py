@@ -41,6 +41,18 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
 _PG_SCHEMA_LOCK = 0x5049_5453  # "PITS"
 
 
+# A bare postgresql:// URL means psycopg2 to SQLAlchemy; Pitstop installs psycopg (3).
+_PG_PREFIXES = ("postgresql://", "postgres://")
+
+
+def with_driver(url: str) -> str:
+    """`url` with Pitstop's PostgreSQL driver named when it names none."""
+    for prefix in _PG_PREFIXES:
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url.removeprefix(prefix)
+    return url
+
+
 def _sqlite_file(url: str) -> Path | None:
     path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else ""
     return Path(path) if path and path != ":memory:" else None
@@ -78,7 +90,7 @@ class Store:
     """Owns the engine. Create one per process and pass it down."""
 
     def __init__(self, url: str) -> None:
-        self.url = url
+        url = self.url = with_driver(url)
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         self.engine: Engine = create_engine(url, pool_pre_ping=not url.startswith("sqlite"))

@@ -148,6 +148,17 @@ def create_node_incident(
     return _create_incident(store, row)
 
 
+def open_node_incident_since(store: Store, *, cluster: str, node: str, since: datetime) -> Incident | None:
+    """The oldest unfinished incident of this node opened since `since`: a second alarm for the
+    node in the same fault window joins it (one question per node and window, not one per Xid)."""
+    with store.session() as s:
+        return s.exec(
+            select(Incident).where(Incident.cluster == cluster, Incident.kind == "node", Incident.node == node,
+                                   Incident.status != "done", Incident.created_at >= _utc(since))
+            .order_by(col(Incident.id)).limit(1)
+        ).first()
+
+
 def get_incident(store: Store, incident_id: int) -> Incident:
     with store.session() as s:
         row = s.get(Incident, incident_id)
@@ -369,6 +380,45 @@ def set_node_lemon(store: Store, cluster: str, node: str, reasons: list[str], no
         s.commit()
 
 
+def _latest_straggler(s, cluster: str, node: str) -> NodeEvent | None:
+    return s.exec(select(NodeEvent).where(NodeEvent.cluster == cluster, NodeEvent.node == node,
+                                          NodeEvent.kind == "straggler")
+                  .order_by(col(NodeEvent.at).desc(), col(NodeEvent.id).desc())).first()
+
+
+def set_node_straggler(store: Store, cluster: str, node: str, why: str | None, key: str = "",
+                       now: datetime | None = None) -> bool:
+    """Flag a silent straggler (`why`; `key` names what was flagged, e.g. `3/pcie_width`) or clear
+    it (None). A `straggler` node event (state `flagged:<key>` or `cleared`) is written only on a
+    change; True when the node is newly flagged or flagged for something else (worth an alarm)."""
+    with store.session() as s:
+        last = _latest_straggler(s, cluster, node)
+        was = last.state if last is not None and (last.state or "").startswith("flagged") else None
+        if why is None:
+            if was is not None:
+                s.add(NodeEvent(cluster=cluster, node=node, at=_now(now), kind="straggler", state="cleared",
+                                detail="no longer below the fleet"))
+                s.commit()
+            return False
+        state = f"flagged:{key}"
+        if was == state:
+            return False
+        _node_row(s, cluster, node).updated_at = _now(now)
+        s.add(NodeEvent(cluster=cluster, node=node, at=_now(now), kind="straggler", state=state, detail=why))
+        s.commit()
+        return True
+
+
+def node_stragglers(store: Store, cluster: str | None = None) -> dict[tuple[str, str], NodeEvent]:
+    """(cluster, node) -> the `straggler` event of each node flagged now (its detail is the why)."""
+    q = select(NodeEvent).where(NodeEvent.kind == "straggler").order_by(col(NodeEvent.at), col(NodeEvent.id))
+    if cluster:
+        q = q.where(NodeEvent.cluster == cluster)
+    with store.session() as s:
+        latest = {(e.cluster, e.node): e for e in s.exec(q)}
+    return {k: e for k, e in latest.items() if (e.state or "").startswith("flagged")}
+
+
 def list_nodes(store: Store, cluster: str | None = None) -> list[NodeRecord]:
     q = select(NodeRecord).order_by(NodeRecord.cluster, NodeRecord.name)
     if cluster:
@@ -446,8 +496,10 @@ def _record_xids_once(
                 continue
             res = s.exec(insert(XidEvent).values(
                 cluster=cluster, node=node, boot_id=o.boot_id, kernel_ts=o.kernel_ts, xid=o.xid,
-                pci=o.pci, line=o.line[:1000], seen_at=_now(now)).on_conflict_do_nothing())
-            if res.rowcount == 1:
+                pci=o.pci, line=o.line[:1000], seen_at=_now(now)).on_conflict_do_nothing()
+                .returning(XidEvent.id))
+            # a returned row, not rowcount: an ORM-enabled insert on psycopg reports rowcount -1
+            if res.first() is not None:
                 new.append(o)  # else counted by an earlier scan
         latest_boot = next((o.boot_id for o in reversed(obs) if o.boot_id), "")
         if latest_boot:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from sqlalchemy import JSON, Column, UniqueConstraint
+from sqlalchemy import JSON, Column, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -186,7 +186,8 @@ class Ticket(SQLModel, table=True):
     xid_history: list[dict] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     dcgm_results: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     evidence: list[dict] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
-    status: str = Field(default="proposed", description="proposed | approved | denied | sent | send_failed")
+    status: str = Field(default="proposed",
+                        description="proposed | approved | denied | sending (answer not yet recorded) | sent | send_failed")
     sink_result: str | None = None
     created_at: datetime = Field(default_factory=utcnow, index=True)
     updated_at: datetime = Field(default_factory=utcnow)
@@ -216,3 +217,27 @@ class RuntimeSetting(SQLModel, table=True):
     value: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     updated_by: str | None = None
     updated_at: datetime = Field(default_factory=utcnow)
+
+
+class IncidentLabel(SQLModel, table=True):
+    """An operator's correction of an incident's cause (`pitstop label`). Every label is kept;
+    the newest one per incident is the incident's label. The log excerpt is a bounded snapshot
+    taken when labelled, so the incident can be re-classified after its logs are rotated away."""
+
+    __tablename__ = "incident_labels"
+
+    id: int | None = Field(default=None, primary_key=True)
+    incident_id: int = Field(foreign_key="incidents.id", index=True)
+    cause: str = Field(index=True, description="the cause the operator says is right")
+    predicted_cause: str = Field(description="what Pitstop had said when it was labelled")
+    predicted_signature: str = ""
+    note: str = ""
+    labelled_by: str
+    labelled_at: datetime = Field(default_factory=utcnow, index=True)
+    excerpt: str = Field(default="", sa_column=Column(Text, nullable=False))
+    kernel_excerpt: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    facts: dict | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    sources: list[dict] = Field(
+        default_factory=list, sa_column=Column(JSON, nullable=False),
+        description="where the excerpt came from: [{path, size, lines, truncated}] or the stored evidence",
+    )

@@ -4,6 +4,12 @@ Results are stored as node events; each failing node raises a `pitstop.node.alar
 (spooled, so a Prefect outage delays it instead of losing it; deployments turn it into a
 node_alarm run); a node failing again and again is flagged as a repeat offender. Progress is a
 Prefect progress artifact. Nodes a human drained, and nodes Slurm already has DOWN, are left out.
+
+Silent stragglers: every node's report also carries its GPUs' telemetry (clocks, throttle
+reasons, power, temperature, PCIe width, NVLink and ECC counters); the sweep compares them across
+the fleet (pitstop.node.stragglers), stores the flags (`straggler` node events, shown by
+`pitstop nodes`) and raises a `straggler` alarm for a node when it is newly flagged or flagged
+for something else. A failing node's own alarm carries its straggler lines instead.
 """
 
 from __future__ import annotations
@@ -18,6 +24,15 @@ from pydantic import BaseModel, Field
 
 from pitstop.cluster.base import NodeInfo
 from pitstop.models import CheckStatus
+from pitstop.node.stragglers import (
+    Flag,
+    NodeTelemetry,
+    StragglerReport,
+    alarm_cause,
+    find_stragglers,
+    node_summary,
+    telemetry_from_report,
+)
 from pitstop.policy.safety import Owner, drain_owner
 from tasks import journal
 from tasks.context import PipelineContext, build_context
@@ -30,6 +45,7 @@ from tasks.xids import XidAlarm, count_node_xids
 NOT_JUDGED_BY_SWEEP = frozenset({"xid"})
 
 ALARM = "health_check_failed"
+STRAGGLER_ALARM = "straggler"
 
 
 class NodeResult(BaseModel):
@@ -37,6 +53,8 @@ class NodeResult(BaseModel):
     overall: str = Field(description="OK | WARN | FAIL | UNREACHABLE")
     summary: str
     failing_checks: list[str] = Field(default_factory=list)
+    telemetry: NodeTelemetry | None = Field(default=None, exclude=True,
+                                            description="what straggler detection compares (not in the report)")
 
 
 class SweepReport(BaseModel):
@@ -50,6 +68,7 @@ class SweepReport(BaseModel):
     alarms: dict[str, str] = Field(default_factory=dict, description="node -> delivery of its alarm")
     xid_alarms: list[XidAlarm] = Field(default_factory=list, description="Xids counted for the first time")
     xid_problems: dict[str, str] = Field(default_factory=dict, description="node -> why its Xids were not counted")
+    stragglers: StragglerReport | None = Field(default=None, description="None: straggler detection is off")
     flow_run_id: str | None = None
 
 
@@ -68,9 +87,52 @@ def check_batch(ctx: PipelineContext, nodes: list[str], n_more: int) -> list[Nod
         warn = any(c.status is CheckStatus.WARN for c in report.checks if c.name not in NOT_JUDGED_BY_SWEEP)
         overall = "FAIL" if bad else ("WARN" if warn else "OK")
         out.append(NodeResult(node=res.host, overall=overall, summary="; ".join(bad) or "ok",
-                              failing_checks=bad))
+                              failing_checks=bad, telemetry=telemetry_from_report(report)))
     journal.record_checks(ctx, [(r.node, r.overall, r.summary) for r in out])
     return out
+
+
+def _flag_key(flags: list[Flag]) -> str:
+    # what was flagged, not the numbers: a GPU that stays at x8 is one alarm, not one per sweep
+    return ",".join(sorted({f"{'node' if f.gpu is None else f.gpu}/{f.signal}" for f in flags}))
+
+
+def raise_straggler_alarm(ctx: PipelineContext, node: str, flags: list[Flag]) -> str:
+    from pitstop.events.hooks import spool_and_deliver
+    from pitstop.events.models import NodeAlarm
+
+    cause, signature = alarm_cause(flags)
+    event = NodeAlarm(
+        cluster=ctx.cluster_name, node=node, alarm=STRAGGLER_ALARM, source="sweep",
+        summary=f"health sweep: straggler: {node_summary(flags)}"[:300],
+        details={"cause": cause.value, "signature": signature, "confidence": 0.8,
+                 "lines": [f.why for f in flags][:20], "flags": [f.model_dump(mode="json") for f in flags][:40]},
+    )
+    return spool_and_deliver(event.to_wire(), ctx.settings)
+
+
+@task(name="find-stragglers", cache_policy=NO_CACHE)
+def flag_stragglers(ctx: PipelineContext, results: list[NodeResult]) -> tuple[StragglerReport, list[str]]:
+    """Compare the fleet and store each node's flag (or its clearing). Returns the flags and the
+    nodes whose flag is new or changed since the last sweep (the ones worth an alarm)."""
+    from pitstop.store import records
+
+    seen = [r.telemetry for r in results if r.telemetry is not None]
+    found = find_stragglers(seen, ctx.settings.stragglers)
+    flagged = found.by_node()
+    # one read of the current flags; the store is written only where a flag changes
+    current = {node: e.state for (_, node), e in records.node_stragglers(ctx.store, ctx.cluster_name).items()}
+    changed = []
+    for t in seen:
+        flags = flagged.get(t.node)
+        if flags and current.get(t.node) == f"flagged:{_flag_key(flags)}":
+            found.notes.append(f"{t.node}: flagged for the same reason(s) as at the last sweep: no new alarm")
+        elif flags or t.node in current:
+            if records.set_node_straggler(ctx.store, ctx.cluster_name, t.node,
+                                          node_summary(flags, limit=6) if flags else None,
+                                          key=_flag_key(flags) if flags else ""):
+                changed.append(t.node)
+    return found, changed
 
 
 def raise_xid_alarm(ctx: PipelineContext, alarm: XidAlarm) -> str:
@@ -144,7 +206,14 @@ def _sweep(ctx: PipelineContext, partition: str | None) -> SweepReport:
     reachable = [r.node for r in results if r.overall != "UNREACHABLE"]
     xid_alarms, report.xid_problems = count_xids(ctx, reachable) if reachable else ({}, {})
     since = datetime.now(timezone.utc) - timedelta(hours=p.sweep_repeat_window_h)
+    straggling: dict[str, list[Flag]] = {}
+    if ctx.settings.stragglers.enabled:
+        report.stragglers, changed = flag_stragglers(ctx, results)
+        straggling = {node: flags for node, flags in report.stragglers.by_node().items() if node in changed}
     for r in results:
+        if r.node in straggling and r.overall == "FAIL":
+            # one node, one alarm: its failing checks' alarm carries the straggler evidence too
+            r.failing_checks = r.failing_checks + [f"straggler: {f.why}" for f in straggling.pop(r.node)]
         if r.overall == "UNREACHABLE":
             report.unreachable.append(r)
             continue
@@ -165,10 +234,17 @@ def _sweep(ctx: PipelineContext, partition: str | None) -> SweepReport:
                 alarm.details["repeat_offender"] = repeat_why or ""
             continue
         report.alarms[r.node] = raise_alarm(ctx, r, repeat_why)
+    for node, flags in sorted(straggling.items()):
+        if node in xid_alarms:
+            for alarm in xid_alarms[node]:
+                alarm.details["lines"] = (alarm.details["lines"] + [f"straggler: {f.why}" for f in flags])[:20]
+            continue
+        report.alarms[f"{node}:{STRAGGLER_ALARM}"] = raise_straggler_alarm(ctx, node, flags)
     for node, alarms in sorted(xid_alarms.items()):
         for alarm in alarms:
             report.xid_alarms.append(alarm)
             report.alarms[f"{node}:{alarm.alarm}"] = raise_xid_alarm(ctx, alarm)
-    log.info("health sweep: %d checked, %d failing, %d unreachable, %d skipped, %d repeat offenders",
-             report.checked, len(report.failing), len(report.unreachable), len(skipped), len(report.repeat_offenders))
+    log.info("health sweep: %d checked, %d failing, %d unreachable, %d skipped, %d repeat offenders, %d stragglers",
+             report.checked, len(report.failing), len(report.unreachable), len(skipped), len(report.repeat_offenders),
+             len(report.stragglers.by_node()) if report.stragglers else 0)
     return report

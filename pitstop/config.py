@@ -85,6 +85,13 @@ class SshSettings(BaseModel):
     addresses: dict[str, str] = Field(default_factory=dict)
 
 
+class ClassifierSettings(BaseModel):
+    site_rules: Path | None = Field(
+        default=None,
+        description="site rule file (YAML) loaded after the built-in rules; default $PITSTOP_HOME/site-rules.yaml",
+    )
+
+
 class PolicySettings(BaseModel):
     file: Path | None = Field(
         default=None, description="remediation policy YAML; the built-in default when unset"
@@ -109,7 +116,8 @@ class TriggerSettings(BaseModel):
         description="EpilogSlurmctld reports TIMEOUT and scancel as 0:0: ask scontrol (~20 ms)",
     )
     prolog_checks: list[str] = Field(
-        default_factory=lambda: ["xid", "disk", "nvml"], description="fast node checks before a job"
+        default_factory=lambda: _registry_defaults("prolog"),
+        description="fast node checks before a job; default: the prolog set of pitstop/node/registry.py",
     )
     prolog_timeout_s: float = Field(default=5.0, gt=0, description="budget for the prolog checks")
     health_sweep_cron: str | None = Field(default=None, description="cron for health_sweep")
@@ -166,12 +174,29 @@ class MountThreshold(BaseModel):
     fail_free_inodes_pct: float = Field(default=5.0, ge=0, le=100)
 
 
+class RequiredMount(BaseModel):
+    """A filesystem jobs need (NFS, Lustre, GPFS...): it must be mounted and answer in time."""
+
+    path: Path
+    fstype: str | None = Field(default=None, description="e.g. nfs4, lustre; None: any type")
+    probe_file: Path | None = Field(
+        default=None, description="a file on the mount to read too (exercises the data path, not just metadata)"
+    )
+
+
+def _registry_defaults(which: str) -> list[str]:
+    # late import: the registry is pure data, and config must not load the node checks
+    from pitstop.node import registry
+
+    return registry.prolog_checks() if which == "prolog" else registry.default_checks()
+
+
 class NodeCheckSettings(BaseModel):
     """`pitstop node-check`: local health checks of one node (NVML, Xid, InfiniBand, disk, DCGM)."""
 
     checks: list[str] = Field(
-        default_factory=lambda: ["nvml", "xid", "ib", "disk"],
-        description="checks run when none are named; dcgm is opt-in because it takes minutes",
+        default_factory=lambda: _registry_defaults("default"),
+        description="checks run when none are named; default: the default set of pitstop/node/registry.py",
     )
     mounts: list[MountThreshold] = Field(
         default_factory=list, description="filesystems to check; default: / and PITSTOP_HOME's mount"
@@ -210,6 +235,94 @@ class NodeCheckSettings(BaseModel):
     dcgm_level: int = Field(default=1, ge=1, le=4, description="dcgmi diag -r level for prolog use")
     dcgm_timeout_s: float = Field(default=900.0, gt=0)
     tool_timeout_s: float = Field(default=10.0, gt=0, description="budget for ibstat and similar")
+    pcie_sysfs_root: Path = Field(
+        default=Path("/sys/bus/pci/devices"), description="where the pcie check reads link width/speed"
+    )
+    pcie_judge_gpu_speed: bool = Field(
+        default=False,
+        description="also WARN on a GPU link below its top speed (GPUs drop PCIe speed when idle)",
+    )
+    # checks of issue #16 (pitstop/node/{nvme,ipmi,cpu_mem,mounts,services,gres}.py)
+    sysfs_root: Path = Field(default=Path("/sys"), description="sysfs for cpu_mem and nvme (tests: a fake tree)")
+    procfs_root: Path = Field(default=Path("/proc"), description="procfs for cpu_mem and mounts")
+    nvme_path: str = "nvme"
+    smartctl_path: str = "smartctl"
+    nvme_media_errors_warn: int = Field(default=0, ge=0, description="WARN above this many media errors")
+    nvme_media_errors_fail: int | None = Field(default=None, ge=0, description="FAIL above; None: never")
+    nvme_percentage_used_warn: int = Field(default=90, ge=0, le=255, description="WARN at this % of rated life")
+    nvme_percentage_used_fail: int | None = Field(
+        default=None, ge=0, le=255, description="FAIL at this % of rated life; None: never (100 is not a failure)"
+    )
+    ipmitool_path: str = "ipmitool"
+    ipmi_timeout_s: float = Field(default=30.0, gt=0, description="per ipmitool call; BMCs are slow")
+    ipmi_sel_lookback_h: float = Field(default=24.0, gt=0, description="SEL events this recent are reported")
+    edac_ce_warn: int = Field(default=100, ge=0, description="WARN above this many correctable errors per memory controller")
+    edac_ue_fail: int = Field(default=0, ge=0, description="FAIL above this many uncorrectable errors")
+    mce_warn: int = Field(default=0, ge=0, description="WARN above this many machine-check exceptions since boot")
+    cpu_governor: str | None = Field(default="performance", description="expected cpufreq governor; None: any")
+    required_mounts: list[RequiredMount] = Field(default_factory=list, description="mounts jobs need")
+    mount_timeout_s: float = Field(default=3.0, gt=0, le=60, description="a mount slower than this is stale: FAIL")
+    required_services: list[str] = Field(
+        default_factory=lambda: ["slurmd", "nvidia-persistenced", "nvidia-fabricmanager"],
+        description="systemd units that must be active",
+    )
+    optional_services: list[str] = Field(
+        default_factory=lambda: ["nvidia-fabricmanager"],
+        description="required only where installed (Fabric Manager exists on NVSwitch systems only)",
+    )
+    systemctl_path: str = "systemctl"
+    scontrol_path: str = "scontrol"
+    nvidia_smi_path: str = "nvidia-smi"
+    expected_gpus: int | None = Field(default=None, ge=0, description="GPU count to expect; None: the node's Slurm GRES")
+
+
+class MetricsSettings(BaseModel):
+    """Prometheus `/metrics` of `pitstop up` and `pitstop metrics` (pitstop/metrics/)."""
+
+    enabled: bool = Field(default=True, description="serve /metrics from `pitstop up`")
+    bind: str = Field(default="127.0.0.1", description="address /metrics listens on; 0.0.0.0 for a remote Prometheus")
+    port: int = Field(default=9478, ge=1, le=65535, description="port of /metrics (not triggers.server_port)")
+    source_timeout_s: float = Field(
+        default=4.0, gt=0, le=60,
+        description="a scrape waits this long for each source (store, spool, cluster, Prefect); a late one reads as down",
+    )
+    cluster_min_interval_s: float = Field(
+        default=15.0, ge=0, description="reuse the scheduler's node list this long, so scrapes do not load slurmctld"
+    )
+    sweep_lookback_s: float = Field(
+        default=6 * 3600.0, gt=0,
+        description="nodes count in the sweep gauges by their latest check this recent; cover a few sweep "
+        "intervals (each scrape reads every check event in it)",
+    )
+    latency_buckets_s: list[float] = Field(
+        default_factory=lambda: [1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 14400],
+        min_length=1, description="upper bounds of the event-to-action latency histogram",
+    )
+
+
+class StragglerSettings(BaseModel):
+    """Silent stragglers in a health sweep (pitstop/node/stragglers.py): GPUs and nodes well
+    below the fleet's median, by the modified z-score (Iglewicz & Hoaglin: 0.6745 (x - median) / MAD)."""
+
+    enabled: bool = True
+    max_z: float = Field(default=3.5, gt=0, description="|modified z| above this is an outlier (Iglewicz & Hoaglin)")
+    min_fleet: int = Field(
+        default=8, ge=3, description="fewer comparable GPUs than this: only hard facts flag (a median of 2 says nothing)"
+    )
+    # The smallest gap from the median that counts, per metric: keeps a tight fleet (MAD near 0)
+    # from flagging noise. Ratios are fractions (0.10 = 10 points of the maximum).
+    min_gap: dict[str, float] = Field(
+        default_factory=lambda: {
+            "sm_clock_ratio": 0.10,
+            "power_ratio": 0.15,
+            "temperature_c": 8.0,
+            "nvlink_errors": 100.0,
+            "ecc_correctable": 100.0,
+        }
+    )
+    version_majority: float = Field(
+        default=0.5, gt=0, lt=1, description="a driver/CUDA version held by more than this share is the fleet's"
+    )
 
 
 class PipelineSettings(BaseModel):
@@ -281,6 +394,17 @@ class Settings(BaseSettings):
     node_check: NodeCheckSettings = Field(default_factory=NodeCheckSettings)
     triggers: TriggerSettings = Field(default_factory=TriggerSettings)
     policy: PolicySettings = Field(default_factory=PolicySettings)
+    classifier: ClassifierSettings = Field(default_factory=ClassifierSettings)
+    stragglers: StragglerSettings = Field(default_factory=StragglerSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+
+    @model_validator(mode="after")
+    def _metrics_port_is_free(self) -> "Settings":
+        # Both listen in the same `pitstop up`; the second bind would fail at start.
+        if self.metrics.enabled and self.metrics.port == self.triggers.server_port:
+            raise ValueError(f"metrics.port ({self.metrics.port}) is the Prefect server's port "
+                             "(triggers.server_port): pick another one")
+        return self
 
     @property
     def runs_dir(self) -> Path:
@@ -289,6 +413,11 @@ class Settings(BaseSettings):
     @property
     def spool_dir(self) -> Path:
         return self.home / "spool"
+
+    @property
+    def site_rules_path(self) -> Path:
+        """The site's own classifier rules (`pitstop rules`), whether or not the file exists yet."""
+        return (self.classifier.site_rules or self.home / "site-rules.yaml").expanduser()
 
     @property
     def effective_database_url(self) -> str:

@@ -38,9 +38,13 @@ from pitstop.cluster.base import (
     validate_job_id,
     validate_node_name,
 )
-from pitstop.cluster.demo_faults import FAULTS, FAULTS_BY_NAME, PREAMBLE, FaultKind
+from pitstop.cluster.demo_faults import FAULTS, FAULTS_BY_NAME, PREAMBLE, SLOWDOWNS_BY_NAME, FaultKind
 
 DEMO_EPOCH = datetime(2025, 1, 6, 8, 0, tzinfo=timezone.utc)  # fixed: seeded runs are identical
+# Nodes per leaf switch: a demo choice (64 leaves at 2,048 nodes); a real site's comes from its
+# topology.conf (https://slurm.schedmd.com/topology.conf.html), read by `scontrol show topology`.
+NODES_PER_LEAF = 32
+SPINE = "spine"
 
 
 class DemoNode(BaseModel):
@@ -48,6 +52,9 @@ class DemoNode(BaseModel):
     health: str = "ok"  # ok | gpu_fail | transient | down
     kernel_log: list[str] = Field(default_factory=list)
     pci: str = "0000:3b:00"
+    slowdowns: dict[int, str] = Field(
+        default_factory=dict, description="GPU index -> demo_faults.SLOWDOWNS name (silent, no job fails)"
+    )
 
 
 class DemoAction(BaseModel):
@@ -69,6 +76,9 @@ class DemoState(BaseModel):
     job_env: dict[str, dict[str, str]] = Field(default_factory=dict)
     job_comment: dict[str, str] = Field(default_factory=dict)
     actions: list[DemoAction] = Field(default_factory=list)
+    # leaf switch -> its nodes, as Slurm's topology.conf has them (`SwitchName=leaf01
+    # Nodes=gpu[0001-0032]`); `topology_conf()` renders it in that format
+    switches: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class InjectedFault(BaseModel):
@@ -91,14 +101,24 @@ class DemoCluster:
 
     @classmethod
     def create(
-        cls, root: Path, nodes: int = 8, partition: str = "gpu", seed: int = 0, name: str = "demo"
+        cls, root: Path, nodes: int = 8, partition: str = "gpu", seed: int = 0, name: str = "demo",
+        nodes_per_switch: int = NODES_PER_LEAF,
     ) -> "DemoCluster":
-        """A fresh healthy cluster of `nodes` 8-GPU nodes (replaces any earlier state)."""
+        """A fresh healthy cluster of `nodes` 8-GPU nodes (replaces any earlier state), cabled to
+        leaf switches of `nodes_per_switch` nodes each. Names are zero-padded to the fleet's
+        width, as hostlists are (gpu01..gpu08; gpu0001..gpu2048)."""
+        if nodes_per_switch < 1:
+            raise ClusterError(f"a leaf switch needs at least one node, not {nodes_per_switch}")
         cluster = cls(root, name)
         cluster.root.mkdir(parents=True, exist_ok=True)
         state = DemoState(name=name, seed=seed)
+        width = max(2, len(str(nodes)))
+        leaves = (nodes + nodes_per_switch - 1) // nodes_per_switch
+        leaf_width = max(2, len(str(leaves)))
         for index in range(1, nodes + 1):
-            node = f"gpu{index:02d}"
+            node = f"gpu{index:0{width}d}"
+            leaf = f"leaf{(index - 1) // nodes_per_switch + 1:0{leaf_width}d}"
+            state.switches.setdefault(leaf, []).append(node)
             state.nodes[node] = DemoNode(
                 info=NodeInfo(
                     name=node, state="IDLE", partitions=[partition], gres="gpu:h100:8", cpus=96
@@ -166,6 +186,25 @@ class DemoCluster:
             )
         )
 
+    def topology(self) -> dict[str, list[str]]:
+        """Leaf switch -> the nodes cabled to it (every node is under exactly one leaf)."""
+        with self._locked():
+            return self._read().switches
+
+    def switch_of(self, node: str) -> str | None:
+        return next((leaf for leaf, members in self.topology().items() if node in members), None)
+
+    def topology_conf(self) -> str:
+        """The cabling in Slurm's topology.conf format (tree plugin): one line per leaf, then the
+        spine above them all."""
+        from pitstop.cluster.hostlist import compress
+
+        leaves = self.topology()
+        lines = [f"SwitchName={leaf} Nodes={compress(nodes)}" for leaf, nodes in leaves.items()]
+        if leaves:
+            lines.append(f"SwitchName={SPINE} Switches={compress(list(leaves))}")
+        return "\n".join(lines) + "\n"
+
     def actions(self) -> list[DemoAction]:
         """Every change made to the cluster so far, oldest first."""
         with self._locked():
@@ -196,6 +235,25 @@ class DemoCluster:
                 injected.append(InjectedFault(job_id=job.job_id, fault=fault.name, nodes=nodes))
                 if fault.node_health != "ok":
                     healthy.remove(culprit)
+            state.fault_count += len(injected)
+        return injected
+
+    def fail_switch(self, switch: str, jobs: int, nodes_per_job: int = 2, seed: int = 0) -> list[InjectedFault]:
+        """A leaf switch dies: `jobs` jobs running on its nodes end with the fabric fault (NCCL's
+        IB completion error, the NIC's link down), each on `nodes_per_job` of its nodes."""
+        fault = FAULTS_BY_NAME["network_fabric"]
+        with self._mutate() as state:
+            members = state.switches.get(switch)
+            if not members:
+                raise NotFound(f"switch {switch} is not in the demo cluster's topology")
+            if not 1 <= nodes_per_job <= len(members):
+                raise ClusterError(f"switch {switch} has {len(members)} nodes; a job cannot span {nodes_per_job}")
+            rng = random.Random(seed)
+            injected = []
+            for _ in range(jobs):
+                nodes = sorted(rng.sample(members, nodes_per_job))
+                job = self._fail_job(state, fault, nodes, nodes[0], rng)
+                injected.append(InjectedFault(job_id=job.job_id, fault=fault.name, nodes=nodes))
             state.fault_count += len(injected)
         return injected
 
@@ -250,6 +308,21 @@ class DemoCluster:
         )
         state.jobs[job_id] = job
         return job
+
+    def inject_slowdown(self, node: str, gpu: int, kind: str) -> None:
+        """Make one GPU a silent straggler (`demo_faults.SLOWDOWNS`): the node's check shows it,
+        no job fails."""
+        if kind not in SLOWDOWNS_BY_NAME:
+            raise ClusterError(f"unknown slowdown {kind!r}; choose from {', '.join(SLOWDOWNS_BY_NAME)}")
+        if not 0 <= gpu < 8:
+            raise ClusterError(f"demo nodes have GPUs 0-7, not {gpu}")
+        with self._mutate() as state:
+            self._node_for_change(state, node).slowdowns[gpu] = kind
+
+    def clear_slowdown(self, node: str, gpu: int) -> None:
+        """The GPU was fixed (reseated, cooled): it reports like its peers again."""
+        with self._mutate() as state:
+            self._node_for_change(state, node).slowdowns.pop(gpu, None)
 
     # ---- Scheduler ----------------------------------------------------------------------------
 
@@ -424,12 +497,23 @@ class DemoCluster:
     # ---- RemoteRunner -----------------------------------------------------------------------
 
     def run(self, host: str, argv: list[str], timeout_s: float | None = None) -> HostResult:
+        return self._run_on(self._snapshot(), host, argv, timeout_s)
+
+    def _snapshot(self) -> DemoState | None:
+        try:
+            with self._locked():
+                return self._read()
+        except ClusterError:
+            return None  # _run_on says why, per host, as a failed host never raises
+
+    def _run_on(self, state: DemoState | None, host: str, argv: list[str], timeout_s: float | None) -> HostResult:
         started = time.monotonic()
         try:
             validate_node_name(host)
             argv = for_node(argv, host)
-            with self._locked():
-                state = self._read()
+            if state is None:
+                with self._locked():
+                    state = self._read()  # raises the clear "no demo cluster" / "corrupt" error
             node = state.nodes.get(host)
             if node is None:
                 return HostResult(host=host, status=HostStatus.ERROR, error=f"unknown host {host}")
@@ -457,7 +541,10 @@ class DemoCluster:
     def fan_out(
         self, hosts: list[str], argv: list[str], timeout_s: float | None = None
     ) -> list[HostResult]:
-        return [self.run(host, argv, timeout_s) for host in hosts]
+        # One read of the state for the whole fan-out: a read per host re-parses the whole fleet
+        # each time (93 ms per host at 2,048 nodes, a 3-minute sweep), as no real node does.
+        state = self._snapshot() if hosts else None
+        return [self._run_on(state, host, argv, timeout_s) for host in hosts]
 
 
 def _demo_command(node: DemoNode, argv: list[str]) -> tuple[int, str, str]:
@@ -492,7 +579,16 @@ def _demo_command(node: DemoNode, argv: list[str]) -> tuple[int, str, str]:
 
 
 def _node_check_report(node: DemoNode) -> dict:
+    from pitstop.cluster.demo_faults import DEMO_CUDA, DEMO_DRIVER, demo_gpu_fields, demo_pcie_links
+    from pitstop.config import NodeCheckSettings
     from pitstop.models import CheckResult, CheckStatus, NodeCheckReport
+    from pitstop.node import nvml, pcie
+
+    # The GPUs' telemetry goes through the real nvml and pcie verdicts, as on a real node.
+    snap = nvml.NvmlSnapshot(driver_version=DEMO_DRIVER, cuda_driver_version=DEMO_CUDA, gpus=[
+        nvml.GpuHealth.model_validate(demo_gpu_fields(node.info.name, i, node.slowdowns.get(i))) for i in range(8)])
+    telemetry = nvml.evaluate(snap, NodeCheckSettings())
+    links = [pcie.PcieLink.model_validate(link) for link in demo_pcie_links(node.slowdowns)]
 
     gpu_status = {
         "ok": CheckStatus.OK,
@@ -503,8 +599,9 @@ def _node_check_report(node: DemoNode) -> dict:
     checks = [
         CheckResult(
             name="nvml",
-            status=gpu_status,
-            summary="8 GPUs healthy" if gpu_status is CheckStatus.OK else f"GPU at PCI:{node.pci} unhealthy",
+            status=telemetry.status if gpu_status is CheckStatus.OK else gpu_status,
+            summary=telemetry.summary if gpu_status is CheckStatus.OK else f"GPU at PCI:{node.pci} unhealthy",
+            details=telemetry.details,
         ),
         CheckResult(
             name="xid",
@@ -513,8 +610,10 @@ def _node_check_report(node: DemoNode) -> dict:
             details={"lines": xids[-10:]},
         ),
         CheckResult(name="ib", status=CheckStatus.OK, summary="2 ports Active at 400 Gb/sec"),
+        pcie.evaluate(links, NodeCheckSettings()),
     ]
-    overall = CheckStatus.FAIL if any(c.status is CheckStatus.FAIL for c in checks) else CheckStatus.OK
+    overall = next((s for s in (CheckStatus.FAIL, CheckStatus.WARN) if any(c.status is s for c in checks)),
+                   CheckStatus.OK)
     return NodeCheckReport(
         node=node.info.name,
         checked_at=datetime.now(timezone.utc).isoformat(),

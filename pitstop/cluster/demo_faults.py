@@ -163,3 +163,88 @@ PREAMBLE = [
     "step 87990 | loss 1.8421 | lr 2.8e-05 | tokens/s 412k",
     "step 88000 | loss 1.8398 | lr 2.8e-05 | tokens/s 411k",
 ]
+
+
+# --- silent slowdowns: faults that fail no check and crash nothing --------------------------
+# What the demo's node-check reports for each GPU: an HGX H100 SXM5 80GB under load, as
+# `nvidia-smi -q` shows one (max SM clock 1980 MHz, power limit 700 W, PCIe Gen5 x16), with a
+# little per-GPU jitter so the fleet's spread is not zero.
+
+DEMO_DRIVER = "550.54.15"
+DEMO_CUDA = "12.4"
+GPU_BUSES = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")  # HGX H100 board bus numbers
+NIC_BUSES = ("1a", "9c")  # ConnectX-7 beside the first and fifth GPU's switch
+
+
+class Slowdown(BaseModel):
+    name: str
+    description: str
+    gpu: dict = Field(default_factory=dict, description="GpuHealth fields as NVML reports them then")
+    link_width: int | None = Field(default=None, description="sysfs current_link_width of the GPU")
+
+
+SLOWDOWNS: tuple[Slowdown, ...] = (
+    Slowdown(
+        name="pcie_x8",
+        description="the GPU trained its PCIe link at x8 in an x16 slot (a riser or a card that needs reseating)",
+        gpu={"pcie_link_width": 8},
+        link_width=8,
+    ),
+    Slowdown(
+        # HW thermal slowdown: NVML clocksEventReasonHwThermalSlowdown; H100 SXM slows down near
+        # 87-90 C (nvidia-smi -q "GPU Slowdown Temp"), at roughly two thirds of its clocks
+        name="thermal_throttle",
+        description="the GPU runs hot and the hardware holds its clocks down (a failing fan or blocked airflow)",
+        gpu={"clock_event_reasons": ["hw_thermal_slowdown"], "sm_clock_mhz": 1245, "temperature_c": 89,
+             "power_w": 431.5},
+    ),
+)
+SLOWDOWNS_BY_NAME: dict[str, Slowdown] = {s.name: s for s in SLOWDOWNS}
+
+
+def demo_gpu_fields(node: str, index: int, slowdown: str | None) -> dict:
+    """One busy GPU's NVML fields (pitstop.node.nvml.GpuHealth), reproducible per node and index."""
+    import random
+
+    rng = random.Random(f"{node}:{index}")
+    fields = {
+        "index": index,
+        "uuid": f"GPU-{rng.getrandbits(32):08x}-{rng.getrandbits(16):04x}-4{rng.getrandbits(12):03x}-"
+                f"a{rng.getrandbits(12):03x}-{rng.getrandbits(48):012x}",
+        "serial": f"1654523{rng.randint(0, 999_999):06d}",
+        "pci_bus_id": f"00000000:{GPU_BUSES[index].upper()}:00.0",
+        "name": "NVIDIA H100 80GB HBM3",
+        "temperature_c": rng.randint(58, 66),
+        "power_w": round(rng.uniform(610.0, 665.0), 1),
+        "power_limit_w": 700.0,
+        "sm_clock_mhz": rng.choice((1965, 1980, 1980, 1980)),
+        "max_sm_clock_mhz": 1980,
+        "mem_clock_mhz": 2619,
+        "pcie_link_width": 16, "pcie_link_width_max": 16, "pcie_link_gen": 5, "pcie_link_gen_max": 5,
+        "clock_event_reasons": [],
+        "ecc_volatile_sbe": 0, "ecc_volatile_dbe": 0, "ecc_aggregate_sbe": rng.randint(0, 3), "ecc_aggregate_dbe": 0,
+        "retired_pages_sbe": 0, "retired_pages_dbe": 0, "retired_pages_pending": False,
+        "remapped_rows_correctable": 0, "remapped_rows_uncorrectable": 0, "remap_pending": False,
+        "remap_failure": False,
+        "nvlinks": [{"link": link, "active": True, "replay_errors": 0, "recovery_errors": 0,
+                     "crc_flit_errors": 0, "crc_data_errors": 0} for link in range(18)],
+    }
+    if slowdown is not None:
+        fields.update(SLOWDOWNS_BY_NAME[slowdown].gpu)
+    return fields
+
+
+def demo_pcie_links(slowdowns: dict[int, str]) -> list[dict]:
+    """The sysfs links (pitstop.node.pcie.PcieLink) of the demo node's 8 GPUs and 2 NICs."""
+    links = []
+    for index, bus in enumerate(GPU_BUSES):
+        slow = SLOWDOWNS_BY_NAME[slowdowns[index]] if index in slowdowns else None
+        width = slow.link_width if slow is not None and slow.link_width is not None else 16
+        links.append({"address": f"0000:{bus}:00.0", "kind": "gpu", "vendor": "0x10de", "device": "0x2330",
+                      "width": width, "max_width": 16, "speed_gts": 32.0, "max_speed_gts": 32.0,
+                      "upstream_max_width": 16, "upstream_max_speed_gts": 32.0})
+    for bus in NIC_BUSES:
+        links.append({"address": f"0000:{bus}:00.0", "kind": "nic", "vendor": "0x15b3", "device": "0x1021",
+                      "width": 16, "max_width": 16, "speed_gts": 32.0, "max_speed_gts": 32.0,
+                      "upstream_max_width": 16, "upstream_max_speed_gts": 32.0})
+    return links

@@ -1,11 +1,14 @@
 """Runs the local checks of one node and combines them into a `NodeCheckReport`.
 
-Each check is one entry in `CHECKS`. A check that raises is reported as a WARN naming the bug
-(so the node is not drained over a Pitstop defect, and the defect is not hidden either).
+The checks are the rows of `CHECKS` (pitstop/node/registry.py): adding one is one module with a
+`check(ctx)` function plus one row there. A check's module is imported only when it runs. A
+check that raises is reported as a WARN naming the bug (so the node is not drained over a
+Pitstop defect, and the defect is not hidden either).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import socket
 from collections.abc import Callable
@@ -14,60 +17,67 @@ from typing import Any
 
 from pitstop.config import Settings
 from pitstop.models import CheckResult, CheckStatus, NodeCheckReport
+from pitstop.node.registry import CHECKS, CheckSpec
 from pitstop.node.status import worst
+from pitstop.node.tool import Runner, run_tool
+
+__all__ = ["CHECKS", "CheckContext", "CheckSpec", "UnknownCheck", "parse_check_names", "run_checks"]
 
 
 class CheckContext:
-    """What a check may need; tests replace `nvml` or `kernel_log_reader` with fakes."""
+    """What a check may need; tests replace `nvml`, `kernel_log_reader` or `runner` (the function
+    that runs a node tool such as ipmitool) with fakes for hardware that is absent."""
 
     def __init__(self, settings: Settings, *, dcgm_level: int | None = None, nvml: Any | None = None,
-                 kernel_log_reader: Callable | None = None, commit_watermark: bool = True) -> None:
+                 kernel_log_reader: Callable | None = None, commit_watermark: bool = True,
+                 runner: Runner | None = None, node: str | None = None) -> None:
         self.settings = settings
         self.dcgm_level = dcgm_level or settings.node_check.dcgm_level
         self.nvml = nvml
         self.kernel_log_reader = kernel_log_reader
         self.commit_watermark = commit_watermark
+        self.runner: Runner = runner or run_tool
+        self.node = node or node_name()
 
 
-def _nvml(ctx: CheckContext) -> CheckResult:
+# Adapters for the checks written before the registry took a CheckContext; new checks define
+# `check(ctx)` in their own module instead.
+def nvml_check(ctx: CheckContext) -> CheckResult:
     from pitstop.node.nvml import check_nvml
 
     return check_nvml(ctx.settings.node_check, ctx.nvml)
 
 
-def _xid(ctx: CheckContext) -> CheckResult:
+def xid_check(ctx: CheckContext) -> CheckResult:
     from pitstop.node.kernel_log import check_xid, read_kernel_log
 
     return check_xid(ctx.settings.node_check, ctx.settings.home,
                      reader=ctx.kernel_log_reader or read_kernel_log, commit=ctx.commit_watermark)
 
 
-def _ib(ctx: CheckContext) -> CheckResult:
+def ib_check(ctx: CheckContext) -> CheckResult:
     from pitstop.node.infiniband import check_ib
 
     return check_ib(ctx.settings.node_check)
 
 
-def _disk(ctx: CheckContext) -> CheckResult:
+def disk_check(ctx: CheckContext) -> CheckResult:
     from pitstop.node.disk import check_disk
 
     return check_disk(ctx.settings.node_check, ctx.settings.home)
 
 
-def _dcgm(ctx: CheckContext) -> CheckResult:
+def dcgm_check(ctx: CheckContext) -> CheckResult:
     from pitstop.node.dcgm import check_dcgm
 
     nc = ctx.settings.node_check
     return check_dcgm(ctx.dcgm_level, dcgmi=nc.dcgmi_path, timeout_s=nc.dcgm_timeout_s)
 
 
-CHECKS: dict[str, Callable[[CheckContext], CheckResult]] = {
-    "nvml": _nvml,
-    "xid": _xid,
-    "ib": _ib,
-    "disk": _disk,
-    "dcgm": _dcgm,
-}
+def load(spec: CheckSpec) -> Callable[[CheckContext], CheckResult]:
+    """The check function a registry row names, imported now (not at start-up)."""
+    module_name, _, func_name = spec.target.partition(":")
+    return getattr(importlib.import_module(module_name), func_name)
 
 
 class UnknownCheck(ValueError):
@@ -91,14 +101,14 @@ def run_checks(names: list[str], ctx: CheckContext) -> NodeCheckReport:
     results: list[CheckResult] = []
     for name in names:
         try:
-            results.append(CHECKS[name](ctx))
+            results.append(load(CHECKS[name])(ctx))
         except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
             results.append(CheckResult(
                 name=name, status=CheckStatus.WARN,
                 summary=f"the {name} check itself failed ({exc.__class__.__name__}: {exc}); please report this",
             ))
     return NodeCheckReport(
-        node=node_name(),
+        node=ctx.node,
         checked_at=datetime.now(UTC).isoformat(timespec="seconds"),
         overall=worst(r.status for r in results),
         checks=results,

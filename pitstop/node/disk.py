@@ -8,6 +8,7 @@ from pathlib import Path
 from pitstop.config import MountThreshold, NodeCheckSettings
 from pitstop.models import CheckResult, CheckStatus
 from pitstop.node.status import worst
+from pitstop.node.tool import call_all_within
 
 
 def default_mounts(home: Path) -> list[MountThreshold]:
@@ -25,10 +26,10 @@ def default_mounts(home: Path) -> list[MountThreshold]:
     return [MountThreshold(path=p) for p in by_device.values()]
 
 
-def mount_findings(mount: MountThreshold) -> tuple[CheckStatus, str, dict]:
+def mount_findings(mount: MountThreshold, statvfs=os.statvfs) -> tuple[CheckStatus, str, dict]:
     """One filesystem's verdict. A configured path that is missing is a FAIL: jobs would fail."""
     try:
-        st = os.statvfs(mount.path)
+        st = statvfs(mount.path)
     except FileNotFoundError:
         return CheckStatus.FAIL, f"{mount.path} does not exist (not mounted?)", {"path": str(mount.path)}
     except OSError as exc:
@@ -55,9 +56,14 @@ def mount_findings(mount: MountThreshold) -> tuple[CheckStatus, str, dict]:
     return CheckStatus.OK, f"{mount.path}: {free_pct or 0:.0f}% free", info
 
 
-def check_disk(settings: NodeCheckSettings, home: Path) -> CheckResult:
+def check_disk(settings: NodeCheckSettings, home: Path, statvfs=os.statvfs) -> CheckResult:
     mounts = settings.mounts or default_mounts(home)
-    results = [mount_findings(m) for m in mounts]
+    # statvfs on a hung NFS/Lustre mount blocks in the kernel: each runs in a thread that is
+    # abandoned after mount_timeout_s, so one stale mount cannot hang the check.
+    answers = call_all_within(lambda m: mount_findings(m, statvfs), mounts, settings.mount_timeout_s, name="statvfs")
+    results = [a if a is not None else (
+        CheckStatus.FAIL, f"{m.path}: no answer to statvfs within {settings.mount_timeout_s:g} s: stale or hung mount",
+        {"path": str(m.path)}) for m, a in zip(mounts, answers)]
     status = worst(s for s, _, _ in results)
     bad = [msg for s, msg, _ in results if s is status and s is not CheckStatus.OK]
     summary = "; ".join(bad) if bad else ", ".join(msg for _, msg, _ in results)

@@ -42,7 +42,13 @@ class GpuHealth(BaseModel):
     temperature_c: int | None = None
     power_w: float | None = None
     sm_clock_mhz: int | None = None
+    max_sm_clock_mhz: int | None = Field(default=None, description="nvmlDeviceGetMaxClockInfo(SM)")
     mem_clock_mhz: int | None = None
+    power_limit_w: float | None = Field(default=None, description="enforced power limit")
+    pcie_link_width: int | None = None
+    pcie_link_width_max: int | None = Field(default=None, description="max for this GPU in this system")
+    pcie_link_gen: int | None = None
+    pcie_link_gen_max: int | None = None
     clock_event_reasons: list[str] | None = Field(default=None, description="active throttle reasons")
     ecc_volatile_sbe: int | None = None
     ecc_volatile_dbe: int | None = None
@@ -62,6 +68,7 @@ class GpuHealth(BaseModel):
 
 class NvmlSnapshot(BaseModel):
     driver_version: str | None = None
+    cuda_driver_version: str | None = Field(default=None, description="CUDA version the driver supports, e.g. 12.4")
     gpus: list[GpuHealth] = Field(default_factory=list)
 
 
@@ -127,6 +134,7 @@ def snapshot(nvml: Any, *, event_wait_ms: int = 0) -> NvmlSnapshot:
         call = _Caller(nvml)
         init_errors: dict[str, str] = {}
         driver = _text(call(init_errors, "driver", "nvmlSystemGetDriverVersion"))
+        cuda = _cuda_version(call(init_errors, "cuda", "nvmlSystemGetCudaDriverVersion"))
         count = call(init_errors, "count", "nvmlDeviceGetCount")
         if count is None:
             raise NvmlUnavailable(init_errors.get("count", "NVML cannot count the GPUs"))
@@ -139,7 +147,7 @@ def snapshot(nvml: Any, *, event_wait_ms: int = 0) -> NvmlSnapshot:
             gpus.append(_gpu(call, index, handle, errors) if handle is not None else GpuHealth(index=index, errors=errors))
         if event_wait_ms > 0:
             _collect_xid_events(call, handles, gpus, event_wait_ms)
-        return NvmlSnapshot(driver_version=driver, gpus=gpus)
+        return NvmlSnapshot(driver_version=driver, cuda_driver_version=cuda, gpus=gpus)
     finally:
         try:
             nvml.nvmlShutdown()
@@ -151,6 +159,7 @@ def _gpu(call: _Caller, index: int, h: Any, errors: dict[str, str]) -> GpuHealth
     n = call.nvml
     pci = call(errors, "pci_bus_id", "nvmlDeviceGetPciInfo", h)
     power_mw = call(errors, "power_w", "nvmlDeviceGetPowerUsage", h)
+    limit_mw = call(errors, "power_limit_w", "nvmlDeviceGetEnforcedPowerLimit", h)
     gpu = GpuHealth(
         index=index,
         uuid=_text(call(errors, "uuid", "nvmlDeviceGetUUID", h)),
@@ -160,7 +169,13 @@ def _gpu(call: _Caller, index: int, h: Any, errors: dict[str, str]) -> GpuHealth
         temperature_c=call(errors, "temperature_c", "nvmlDeviceGetTemperature", h, n.NVML_TEMPERATURE_GPU),
         power_w=round(power_mw / 1000.0, 1) if power_mw is not None else None,
         sm_clock_mhz=call(errors, "sm_clock_mhz", "nvmlDeviceGetClockInfo", h, n.NVML_CLOCK_SM),
+        max_sm_clock_mhz=call(errors, "max_sm_clock_mhz", "nvmlDeviceGetMaxClockInfo", h, n.NVML_CLOCK_SM),
         mem_clock_mhz=call(errors, "mem_clock_mhz", "nvmlDeviceGetClockInfo", h, n.NVML_CLOCK_MEM),
+        power_limit_w=round(limit_mw / 1000.0, 1) if limit_mw is not None else None,
+        pcie_link_width=call(errors, "pcie_link", "nvmlDeviceGetCurrPcieLinkWidth", h),
+        pcie_link_width_max=call(errors, "pcie_link", "nvmlDeviceGetMaxPcieLinkWidth", h),
+        pcie_link_gen=call(errors, "pcie_link", "nvmlDeviceGetCurrPcieLinkGeneration", h),
+        pcie_link_gen_max=call(errors, "pcie_link", "nvmlDeviceGetMaxPcieLinkGeneration", h),
         clock_event_reasons=_clock_reasons(call, h, errors),
         ecc_volatile_sbe=call(errors, "ecc", "nvmlDeviceGetTotalEccErrors", h, n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_VOLATILE_ECC),
         ecc_volatile_dbe=call(errors, "ecc", "nvmlDeviceGetTotalEccErrors", h, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC),
@@ -177,6 +192,13 @@ def _gpu(call: _Caller, index: int, h: Any, errors: dict[str, str]) -> GpuHealth
         gpu.remapped_rows_correctable, gpu.remapped_rows_uncorrectable = int(rows[0]), int(rows[1])
         gpu.remap_pending, gpu.remap_failure = bool(rows[2]), bool(rows[3])
     return gpu
+
+
+def _cuda_version(value: Any) -> str | None:
+    # nvmlSystemGetCudaDriverVersion: 1000 * major + 10 * minor (12040 -> "12.4"), as in nvml.h
+    if not isinstance(value, int) or value <= 0:
+        return None
+    return f"{value // 1000}.{value % 1000 // 10}"
 
 
 def _count(pages: Any) -> int | None:
@@ -302,6 +324,7 @@ def evaluate(snap: NvmlSnapshot, settings: NodeCheckSettings) -> CheckResult:
     status = worst(rule.status for rule, _, _ in found)
     details = {
         "driver_version": snap.driver_version,
+        "cuda_driver_version": snap.cuda_driver_version,
         "gpus": [g.model_dump() for g in snap.gpus],
         "findings": [{"rule": r.name, "status": r.status.value, "gpu": g.index, "message": m} for r, g, m in found],
     }

@@ -33,3 +33,31 @@ def test_odd_names(tmp_path: Path) -> None:
     odd.mkdir()
     result = check_disk(NodeCheckSettings(mounts=[MountThreshold(path=odd, warn_free_pct=0, fail_free_pct=0)]), tmp_path)
     assert result.status is CheckStatus.OK
+
+
+def test_a_hung_mount_fails_in_time_and_the_others_are_still_judged(tmp_path):
+    """statvfs on a stale NFS mount blocks in the kernel; here the blocking call is a real open of a
+    FIFO nobody writes to, standing in for it: the check answers within its timeout."""
+    import os
+    import time
+
+    fifo = tmp_path / "hung"
+    os.mkfifo(fifo)
+    stale = tmp_path / "stale"
+
+    def statvfs(path):
+        if path == stale:
+            open(fifo, "rb").read()  # blocks: no writer
+        return os.statvfs(path)
+
+    settings = NodeCheckSettings(mount_timeout_s=0.5, mounts=[
+        MountThreshold(path=stale, warn_free_pct=0, fail_free_pct=0),
+        MountThreshold(path=tmp_path, warn_free_pct=0, fail_free_pct=0)])
+    started = time.monotonic()
+    result = check_disk(settings, tmp_path, statvfs=statvfs)
+    assert time.monotonic() - started < 3
+    assert result.status.value == "FAIL" and "stale or hung mount" in result.summary
+    statuses = {m["path"]: m["status"] for m in result.details["mounts"]}
+    assert statuses == {str(stale): "FAIL", str(tmp_path): "OK"}
+    with open(fifo, "wb"):  # release the abandoned thread
+        pass

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from pitstop.config import load_settings
+from pitstop.config import NodeCheckSettings, TriggerSettings, load_settings
 from pitstop.models import CheckResult, CheckStatus, NodeCheckReport
-from pitstop.node.check import CHECKS, CheckContext, UnknownCheck, parse_check_names, run_checks
+from pitstop.node import registry
+from pitstop.node.check import CHECKS, CheckContext, CheckSpec, UnknownCheck, load, parse_check_names, run_checks
 from tests.conftest import REPO_ROOT
 from tests.node.test_infiniband import make_port
 
@@ -78,18 +79,59 @@ def test_fast_and_no_prefect_on_the_prolog_path(tmp_path: Path) -> None:
     assert wall < 5.0  # ~0.5 s on an idle machine; the margin is for a loaded 2-core CI box
 
 
-def test_a_crashing_check_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
-    def boom(ctx: CheckContext) -> CheckResult:
-        raise KeyError("bug")
+def boom(ctx: CheckContext) -> CheckResult:
+    raise KeyError("bug")
 
-    monkeypatch.setitem(CHECKS, "disk", boom)
-    report = run_checks(["disk"], CheckContext(load_settings()))
+
+def test_a_crashing_check_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(CHECKS, "disk", CheckSpec("disk", f"{__name__}:boom", "raises"))
+    monkeypatch.setitem(CHECKS, "gone", CheckSpec("gone", "pitstop.node.no_such_module:check", "not importable"))
+    report = run_checks(["disk", "gone"], CheckContext(load_settings()))
     assert report.checks[0].status is CheckStatus.WARN and "KeyError" in report.checks[0].summary
+    assert report.checks[1].status is CheckStatus.WARN and "ModuleNotFoundError" in report.checks[1].summary
     assert report.overall is CheckStatus.WARN
 
 
 def test_check_names() -> None:
     assert parse_check_names(None, ["nvml", "xid"]) == ["nvml", "xid"]
     assert parse_check_names(" XID, disk,xid ", []) == ["xid", "disk"]
-    with pytest.raises(UnknownCheck, match="choose from nvml, xid, ib, disk, dcgm"):
+    with pytest.raises(UnknownCheck, match=f"choose from {', '.join(CHECKS)}$"):
         parse_check_names("nope", [])
+
+
+def test_every_registry_row_names_an_importable_check() -> None:
+    for name, spec in CHECKS.items():
+        assert spec.name == name and spec.help and callable(load(spec)), spec
+
+
+def test_defaults_come_from_the_registry() -> None:
+    assert NodeCheckSettings().checks == registry.default_checks() == [n for n, s in CHECKS.items() if s.default]
+    assert TriggerSettings().prolog_checks == registry.prolog_checks()
+    assert "dcgm" not in registry.default_checks() and "ipmi" not in registry.default_checks()  # slow: opt-in
+    assert set(registry.prolog_checks()) <= set(registry.default_checks())
+
+
+def test_help_lists_every_check_from_the_registry() -> None:
+    proc = run_cli(["--help"], {"COLUMNS": "200"})
+    assert proc.returncode == 0
+    for name, spec in CHECKS.items():
+        assert f"{name}{' *' if spec.default else ''}: {spec.help}" in proc.stdout, name
+    assert ",".join(CHECKS) in proc.stdout
+
+
+def test_default_run_on_this_machine_never_fails_it() -> None:
+    """Every default check runs here; missing tools and files are UNAVAILABLE, never a crash or FAIL."""
+    proc = run_cli(["--json"], {})
+    report = NodeCheckReport.model_validate_json(proc.stdout)
+    assert [c.name for c in report.checks] == registry.default_checks()
+    assert all(c.status in (CheckStatus.OK, CheckStatus.UNAVAILABLE) for c in report.checks), report.checks
+    assert proc.returncode == 0
+
+
+def test_only_the_named_checks_are_imported() -> None:
+    code = ("import sys\nfrom pitstop.cli.entry import main\ntry:\n    main(['node-check', '--json', '--checks', 'disk'])\n"
+            "except SystemExit:\n    pass\nsys.stderr.write('\\nMODULES ' + ' '.join(sorted(m for m in sys.modules if m.startswith('pitstop.node.'))))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60, check=False)
+    loaded = proc.stderr.rsplit("MODULES", 1)[1].split()
+    assert "pitstop.node.disk" in loaded
+    assert not {"pitstop.node.ipmi", "pitstop.node.nvme", "pitstop.node.nvml", "pitstop.node.mounts"} & set(loaded), loaded

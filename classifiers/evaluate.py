@@ -132,17 +132,28 @@ def score(
     )
 
 
-def evaluate_corpus(corpus: Path, engine: str | None = None) -> Report:
+def evaluate_corpus(corpus: Path, engine: str | None = None, only_ids: Sequence[str] = (),
+                    learned: bool = True) -> Report:
+    """`only_ids`: score only rows whose id starts with one of these (e.g. one harvest round, 'I-')."""
+    examples = load_corpus(corpus)
+    if only_ids:
+        examples = [ex for ex in examples if ex.id.startswith(tuple(only_ids))]
+    return evaluate_examples(examples, engine=engine, learned=learned)
+
+
+def evaluate_examples(examples: Sequence[Example], engine: str | None = None, rules: Sequence | None = None,
+                      learned: bool = True) -> Report:
+    """Score examples from any source (a corpus, the site's labelled incidents); `rules`: the
+    rule table to score (default: built-in + site rules); `learned=False`: rules only, no learned fallback."""
     from classifiers import ClassifyError, classify_files, classify_text
 
-    examples = load_corpus(corpus)
     pairs: list[tuple[Cause, Cause]] = []
     for ex in examples:
         try:
             if ex.path is not None:
-                verdict = classify_files([ex.path], ex.facts, engine=engine)
+                verdict = classify_files([ex.path], ex.facts, engine=engine, rules=rules, learned=learned)
             else:
-                verdict = classify_text(ex.text or "", ex.facts, ex.kernel, engine=engine)
+                verdict = classify_text(ex.text or "", ex.facts, ex.kernel, engine=engine, rules=rules, learned=learned)
             # A corpus whose classes are coarser than ours may accept more than one of our causes.
             truth = verdict.cause if verdict.cause in ex.accept else ex.label
             pairs.append((truth, verdict.cause))

@@ -74,7 +74,12 @@ class _Follower:
         for error in self._errors:
             if error is not None:
                 raise error
-        return LogScan(sources=[source for scan in self._scans for source in scan.sources])
+        # One table for all (a site-rule file edited between two scans: the first scan's table
+        # keeps its hits' indexes meaningful); the excerpts feed the learned fallback.
+        tables = [scan.rules for scan in self._scans if scan.rules is not None]
+        return LogScan(sources=[source for scan in self._scans for source in scan.sources],
+                       rules=tables[0] if tables and all(t is tables[0] for t in tables) else None,
+                       excerpts=[e for scan in self._scans for e in scan.excerpts])
 
 
 def main() -> int:

@@ -121,14 +121,23 @@ def classify(
     as_json: bool = typer.Option(False, "--json", help="one JSON object per PATH, one per line"),
     eval_corpus: Optional[Path] = typer.Option(None, "--eval", help="score on a labelled JSONL corpus"),
     engine: Optional[str] = typer.Option(None, "--engine", help="hyperscan | re2 | re (default: fastest)"),
+    only_ids: Optional[list[str]] = typer.Option(None, "--only-ids", help="with --eval: only rows whose id starts with this, e.g. I- (repeatable)"),
+    no_learned: bool = typer.Option(False, "--no-learned", help="rules only: never the learned fallback"),
+    labelled: bool = typer.Option(False, "--labelled", help="with --eval: score on the site's labelled incidents (`pitstop label`)"),
 ) -> None:
     from pitstop.models import SchedulerFacts
 
+    _warn_site_rules()
+    if labelled or (eval_corpus is not None and str(eval_corpus) == "--labelled"):
+        # `--eval --labelled`: --eval takes a value, so click hands it "--labelled" as the corpus.
+        _eval_labelled(engine, not no_learned, as_json)
+        return
     if eval_corpus is not None:
         from classifiers.evaluate import CorpusError, evaluate_corpus
 
         try:
-            _print_report(evaluate_corpus(eval_corpus, engine=engine), as_json)
+            _print_report(evaluate_corpus(eval_corpus, engine=engine, only_ids=only_ids or (),
+                                          learned=not no_learned), as_json)
         except CorpusError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
@@ -163,7 +172,8 @@ def classify(
             failed = True
             _report_error(path, _read_error(path, exc), as_json)
             continue
-        verdict = classify_scanned(LogScan(sources=[*scan.sources, *kernel.sources]), facts)
+        verdict = classify_scanned(LogScan(sources=[*scan.sources, *kernel.sources],
+                                           excerpts=[*scan.excerpts, *kernel.excerpts]), facts, learned=not no_learned)
         if as_json:
             typer.echo(_verdict_json(str(path), verdict))
         else:
@@ -171,6 +181,31 @@ def classify(
         sys.stdout.flush()
     if failed:
         raise typer.Exit(1)
+
+
+def _warn_site_rules() -> None:
+    """A site rule file that cannot be used is left out (built-in rules only): say so, once."""
+    from classifiers.rules import RULES
+    from classifiers.site_rules import configured_table
+
+    problem = configured_table(RULES).problem
+    if problem:
+        typer.secho(f"warning: {problem}", err=True, fg="yellow")
+
+
+def _eval_labelled(engine: str | None, learned: bool, as_json: bool) -> None:
+    """The same report as a corpus eval, on the newest label of each labelled incident."""
+    from classifiers.evaluate import evaluate_examples
+    from pitstop.cli.cmd_label import labelled_examples
+    from pitstop.cli.cmd_records import _store
+
+    _, store = _store()
+    examples = labelled_examples(store)
+    store.dispose()
+    if not examples:
+        typer.echo("error: no labelled incidents yet (`pitstop label INCIDENT CAUSE` adds one)", err=True)
+        raise typer.Exit(2)
+    _print_report(evaluate_examples(examples, engine=engine, learned=learned), as_json)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,224 @@
+"""The learned fallback (classifiers.learned): only where no rule decides, only above its threshold,
+on a bounded excerpt, and never a crash when its model file is missing or corrupt.
+
+The model is the shipped one (classifiers/learned_model.json, built by scripts/build-learned-model
+from the labelled corpora in tests/fixtures/classifiers); the corpora's rows are real excerpts
+(see their READMEs for sources).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from classifiers import classify_files, classify_text, learned
+from classifiers.evaluate import evaluate_corpus
+from classifiers.learned import (
+    CONFIDENCE_CAP,
+    EXCERPT_BYTES,
+    NEVER_ANSWERS,
+    TAIL_BYTES,
+    Excerpt,
+    excerpt_of_file,
+    excerpt_of_text,
+    fallback,
+    features,
+    load_model,
+    predict,
+)
+from pitstop.models import Cause, Verdict
+
+REPO = Path(__file__).resolve().parents[2]
+CORPORA = REPO / "tests" / "fixtures" / "classifiers"
+BUILD = REPO / "scripts" / "build-learned-model"
+UNKNOWN = Verdict(cause=Cause.UNKNOWN, signature="no-match", confidence=0.1)
+
+
+def _rows(name: str) -> list[dict]:
+    return [json.loads(line) for line in (CORPORA / name).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+# --- the model file and its build -------------------------------------------------------------
+
+
+def test_shipped_model_is_trained_on_the_current_corpora_and_never_on_held_out_rounds() -> None:
+    script = runpy.run_path(str(BUILD), run_name="test")
+    rows = script["training_rows"]()
+    assert not [r["id"] for r in rows if r["id"].startswith(("harvest.jsonl:I-", "harvest.jsonl:J-"))]
+    assert any(r["id"].startswith("harvest.jsonl:H-") for r in rows)
+    model = load_model()
+    assert model.trained_on["sha256"] == script["corpus_digest"](rows), (
+        "the training corpora changed since learned_model.json was built: run scripts/build-learned-model")
+    assert 0.5 <= model.threshold <= 0.95
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # trains six models (five folds and the final one)
+def test_shipped_model_equals_a_fresh_build(tmp_path: Path) -> None:
+    pytest.importorskip("sklearn")
+    proc = subprocess.run([sys.executable, str(BUILD), "--check"], capture_output=True, text=True,
+                          cwd=REPO, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+
+
+# --- threshold and provenance ------------------------------------------------------------------
+
+
+def test_answers_exactly_when_the_model_is_sure_enough_and_says_so() -> None:
+    model = load_model()
+    answered = abstained = 0
+    for row in _rows("dev.jsonl") + [r for r in _rows("harvest.jsonl") if r["id"].startswith("I-")]:
+        excerpt = excerpt_of_text(row["text"], "log")
+        guess = predict(model, [excerpt])
+        verdict = fallback(UNKNOWN, [excerpt])
+        sure = guess.probability >= model.threshold and guess.cause not in NEVER_ANSWERS
+        assert (verdict.cause is not Cause.UNKNOWN) == sure, row["id"]
+        if sure:
+            answered += 1
+            assert verdict.cause is guess.cause and verdict.signature == f"learned:{guess.cause.value}"
+            assert verdict.confidence <= CONFIDENCE_CAP and "learned fallback" in verdict.decided_by
+            shown = {text for _, text in excerpt.lines()}
+            assert verdict.evidence and all(e.text in shown for e in verdict.evidence)
+        else:
+            abstained += 1
+            assert verdict.signature == "no-match" and "abstained" in verdict.decided_by
+    assert answered and abstained  # both sides of the threshold are exercised
+
+
+def test_never_calls_a_job_successful() -> None:
+    # Plain training-progress lines are what the corpora's success rows look like.
+    text = "".join(f"epoch 3 step {i} | loss 2.{i % 10}1 | lr 3.0e-04 | throughput 812 samples/s\n" for i in range(300))
+    verdict = fallback(UNKNOWN, [excerpt_of_text(text, "log")])
+    assert verdict.cause is not Cause.SUCCESS
+
+
+def test_never_applied_when_a_rule_decides() -> None:
+    decided = 0
+    for row in _rows("dev.jsonl"):
+        rules_only = classify_text(row["text"], learned=False)
+        with_fallback = classify_text(row["text"])
+        if rules_only.cause is not Cause.UNKNOWN:
+            decided += 1
+            assert with_fallback == rules_only, row["id"]
+        else:
+            assert with_fallback.cause is Cause.UNKNOWN or with_fallback.signature.startswith("learned:")
+    assert decided > 100
+
+
+def test_a_decided_verdict_passes_through_untouched() -> None:
+    oom = classify_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    assert oom.cause is Cause.CUDA_OOM
+    assert fallback(oom, [excerpt_of_text("Killed\nMemoryError\n", "log")]) is oom
+
+
+# --- bounded input --------------------------------------------------------------------------------
+
+
+def test_excerpt_is_the_tail_and_the_lines_around_error_like_lines() -> None:
+    lines = [f"step {i} ok" for i in range(1, 1001)]
+    lines[299] = "RuntimeError: something broke"  # line 300
+    chosen = [n for n, _ in excerpt_of_text("\n".join(lines) + "\n", "log").lines()]
+    assert chosen == [*range(295, 306), *range(801, 1001)]
+
+
+def test_bounded_read_on_a_huge_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = tmp_path / "huge.log"
+    with open(log, "wb") as f:
+        f.write(b"FATAL: the first line is never read by the fallback\n")
+        f.truncate(3 * 1024**3)  # 3 GiB, sparse: no disk used
+        f.seek(0, os.SEEK_END)
+        f.write(b"".join(b"worker %d: Error while reading batch, retrying\n" % i for i in range(5000)))
+        f.write(b"Bus error (core dumped)\n")
+    reads: list[int] = []
+    real_pread = os.pread
+
+    def counting_pread(fd: int, n: int, offset: int) -> bytes:
+        reads.append(n)
+        return real_pread(fd, n, offset)
+
+    monkeypatch.setattr(learned.os, "pread", counting_pread)
+    excerpt = excerpt_of_file(log, "huge.log")
+    assert sum(reads) <= TAIL_BYTES and len(excerpt.tail) <= TAIL_BYTES
+    lines = excerpt.lines()
+    assert sum(len(text) + 1 for _, text in lines) <= EXCERPT_BYTES
+    assert lines[-1] == (0, "Bus error (core dumped)")  # line numbers unknown in a tail: 0
+    assert not any("first line" in text for _, text in lines)
+
+
+def test_small_file_keeps_line_numbers_and_a_fifo_is_never_opened(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text("start\nKilled\n")
+    assert excerpt_of_file(log, "job.log").lines() == [(1, "start"), (2, "Killed")]
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert excerpt_of_file(fifo, "pipe").lines() == []  # would block forever if opened for reading
+    assert excerpt_of_file(tmp_path / "gone.log", "gone").lines() == []
+
+
+def test_a_very_long_line_is_cut() -> None:
+    lines = excerpt_of_text("x" * 10_000_000 + " error\n", "log").lines()
+    assert len(lines) == 1 and len(lines[0][1]) <= 500
+
+
+# --- normalisation ---------------------------------------------------------------------------------
+
+
+def test_numbers_hex_paths_and_hosts_are_normalised_to_families() -> None:
+    a = features(["node017: fault at 0x7f3a2c001000 in /home/alice/run3/train.py on gpu-a17.cluster.local 10.0.3.7:29500"])
+    b = features(["node942: fault at 0xdeadbeef in /scratch/bob/exp/train.py on gpu-b2.site.org 192.168.1.20:1234"])
+    assert a == b
+
+
+# --- missing or corrupt model ----------------------------------------------------------------------
+
+
+def test_missing_or_corrupt_model_leaves_the_classifier_working(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    good = json.loads(learned.MODEL_PATH.read_text())
+    short = {**good, "intercept": good["intercept"][:-1]}
+    nan = {**good, "intercept": [float("nan")] * len(good["intercept"])}
+    cases = {
+        "missing": tmp_path / "missing.json",
+        "corrupt": tmp_path / "garbage.json",
+        "wrong shape": tmp_path / "short.json",
+        "not a number": tmp_path / "nan.json",
+        "truncated": tmp_path / "cut.json",
+    }
+    cases["corrupt"].write_bytes(b"{\x00not json")
+    cases["wrong shape"].write_text(json.dumps(short))
+    cases["not a number"].write_text(json.dumps(nan))  # json.dumps writes NaN, json.loads reads it
+    cases["truncated"].write_bytes(learned.MODEL_PATH.read_bytes()[:5000])
+    log = tmp_path / "job.log"
+    log.write_text("launching\nsomething odd happened, giving up\n")
+    for what, path in cases.items():
+        monkeypatch.setattr(learned, "MODEL_PATH", path)
+        verdict = classify_files([log])
+        assert verdict.cause is Cause.UNKNOWN, what
+        assert "learned fallback unavailable" in verdict.decided_by and str(path) in verdict.decided_by, what
+        assert ("missing" if what == "missing" else "corrupt") in verdict.decided_by
+        # Rules are untouched by it.
+        assert classify_text("torch.OutOfMemoryError: CUDA out of memory.\n").cause is Cause.CUDA_OOM
+
+
+# --- evaluation by round -----------------------------------------------------------------------------
+
+
+def test_eval_restricted_to_one_round_with_and_without_the_fallback() -> None:
+    held_out = [r for r in _rows("harvest.jsonl") if r["id"].startswith("I-")]
+    corpus = CORPORA / "harvest.jsonl"
+    with_fallback = evaluate_corpus(corpus, only_ids=["I-"])
+    rules_only = evaluate_corpus(corpus, only_ids=["I-"], learned=False)
+    assert with_fallback.total == rules_only.total == len(held_out)
+    assert {m["id"][:2] for m in with_fallback.mistakes} <= {"I-"}
+
+
+def test_excerpts_of_several_sources_are_read_together() -> None:
+    model = load_model()
+    log = excerpt_of_text("launching\n", "log")
+    assert predict(model, [log, Excerpt(source="kernel")]) is not None
+    assert predict(model, [Excerpt(source="log"), excerpt_of_text("  \n\n", "kernel")]) is None

@@ -12,7 +12,7 @@ from prefect import flow, get_run_logger
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from flows.remediation import FlowReport, IncidentSubject, remediate
+from flows.remediation import FlowReport, IncidentSubject, end_of_run, on_cancelled, remediate
 from pitstop.cluster.base import validate_node_name
 from pitstop.models import Cause, Evidence, Verdict
 from pitstop.node.xid import XID_CATALOG, Implicates, parse_kernel_log
@@ -80,14 +80,14 @@ def alarm_verdict(alarm: str, details: AlarmDetails | dict, node_evidence: NodeE
     return Verdict(cause=cause, signature=signature, confidence=details.confidence, evidence=evidence)
 
 
-@flow(name="node-alarm", flow_run_name="node-alarm-{node}-{alarm}")
+@flow(name="node-alarm", flow_run_name="node-alarm-{node}-{alarm}", on_cancellation=[on_cancelled])
 def node_alarm(node: str, alarm: str, details: dict | None = None) -> FlowReport:
     log = get_run_logger()
     validate_node_name(node)
     parsed = AlarmDetails.model_validate(details or {})
     ctx = build_context()
     try:
-        return _node_alarm(ctx, log, node, alarm, parsed)
+        return end_of_run(_node_alarm(ctx, log, node, alarm, parsed))  # named for the approval answer
     finally:
         ctx.close()
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 from pydantic import ValidationError
 
-from flows.remediation import FlowReport, IncidentSubject, remediate
+from flows.remediation import FlowReport, IncidentSubject, end_of_run, on_cancelled, remediate
 from pitstop.cluster.base import ClusterError, JobRecord, validate_job_id
 from pitstop.events.models import JobEnded
 from tasks import journal
@@ -24,12 +24,14 @@ from tasks.evidence import gather_job_evidence
 __all__ = ["FlowReport", "job_event", "job_from_facts", "post_failure", "read_job"]
 
 
-@flow(name="post-failure", flow_run_name="post-failure-job-{job_id}", log_prints=False)
+@flow(name="post-failure", flow_run_name="post-failure-job-{job_id}", log_prints=False,
+      on_cancellation=[on_cancelled])
 def post_failure(job_id: str, cluster: str | None = None, facts: dict | None = None) -> FlowReport:
     log = get_run_logger()
     ctx = build_context(cluster=cluster)
     try:
-        return _post_failure(ctx, log, str(job_id), job_event(log, str(job_id), cluster, facts))
+        # the report, in a state named for the approval answer ("Denied", "Timed out", ...)
+        return end_of_run(_post_failure(ctx, log, str(job_id), job_event(log, str(job_id), cluster, facts)))
     finally:
         ctx.close()
 

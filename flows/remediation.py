@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from pitstop.cluster.base import JobRecord
 from pitstop.models import Verdict
 from tasks import journal
+from tasks.approval import ApprovalOutcome, ApprovalRequest, run_end
 from tasks.decide import decide_remediation, end_states, escalate_remediation
 from tasks.message import ActionLine, IncidentSummary
 from tasks.notify import notify_incident
@@ -30,6 +31,13 @@ class FlowReport(BaseModel):
     explain: list[str] = Field(default_factory=list)
     notified: list[str] = Field(default_factory=list)
     flow_run_url: str | None = None
+    approvals: list[ApprovalOutcome] = Field(default_factory=list, description="every answer, in order")
+
+
+def end_of_run(report: FlowReport):
+    """What the flow returns: the report, in a state named for its approvals' answer
+    (Completed "Denied" / "Timed out" / "Approved", or Cancelled after a Cancel)."""
+    return run_end(report.approvals, report)
 
 
 class IncidentSubject(BaseModel):
@@ -64,22 +72,28 @@ def remediate(ctx, incident_id: int, subject: IncidentSubject, verdict: Verdict,
         decision.notes.extend(extra_notes or [])
         journal.save_decision(ctx, incident_id, decision)
 
-    def summary(lines, waiting=None, ends: list[str] | None = None) -> IncidentSummary:
+    def summary(lines, question: ApprovalRequest | None = None, ends: list[str] | None = None) -> IncidentSummary:
+        asked = {} if question is None else {
+            "awaiting_approval": question.title(), "approval_deadline": question.deadline,
+            "approval_url": question.flow_run_url, "approval_markdown": question.markdown(),
+            "approval_why": sorted({w for step in question.steps for w in step.why}) or question.why,
+        }
         return IncidentSummary(
             incident_id=incident_id, subject_kind=subject.kind, subject=subject.name, cluster=ctx.cluster_name,
             mode=decision.mode, dry_run=decision.dry_run, verdict=verdict, user=subject.user,
             nodes=subject.nodes, actions=lines, explain=decision.explain() + (ends or []), problems=problems,
-            flow_run_url=ctx.flow_run_url, awaiting_approval=waiting,
+            flow_run_url=ctx.flow_run_url, **asked,
         )
 
     outcome = carry_out(
         ctx, incident_id, decision,
-        lambda action: notify_incident(ctx, summary([], waiting=action.describe()), to_user=False),
+        lambda question, lines: notify_incident(ctx, summary(lines, question=question), to_user=False),
         lambda action, facts: open_rma_ticket(ctx, incident_id, action, verdict, ticket_evidence, facts),
         escalate=lambda d: escalate_remediation(ctx, incident_id, d, subject.job),
         evidence=verdict.evidence,
     )
     ends = [f"{e.node}: {e.detail}" for e in end_states(ctx, incident_id, decision)]
+    ends += [f"approval: {a.summary}" for a in outcome.answers]
     deliveries = notify_incident(ctx, summary(outcome.lines, ends=ends), to_user=subject.tell_user)
     journal.finish_notifications(ctx, incident_id, deliveries)
     journal.settle_notify_lines(outcome.lines, deliveries)
@@ -88,4 +102,26 @@ def remediate(ctx, incident_id: int, subject: IncidentSubject, verdict: Verdict,
         incident_id=incident_id, subject=subject.label, status="done", verdict=verdict,
         actions=outcome.lines, explain=decision.explain() + ends,
         notified=[f"{d.audience}: {d.status}" for d in deliveries], flow_run_url=ctx.flow_run_url,
+        approvals=outcome.answers,
     )
+
+
+def on_cancelled(flow, flow_run, state) -> None:
+    """Prefect's on_cancellation hook (also run by `pitstop up`'s runner after it killed the
+    process): a Cancel is a denial; the steps this run had not finished are journaled as denied
+    or skipped, so no later re-run picks them up."""
+    from tasks.context import build_context
+    from tasks.remediate import CANCELLED_STEP
+
+    ctx = build_context()
+    try:
+        for incident_id in journal.open_incidents_of_run(ctx, str(flow_run.id)):
+            for entry in journal.entries(ctx, incident_id):
+                if entry.state == "awaiting_approval":
+                    journal.resolve_approval(ctx, incident_id, entry.seq, False,
+                                             "cancelled in the Prefect UI (Cancel = deny and stop)")
+                elif entry.state in {"intended", "running"} and entry.kind not in journal.NOTIFY_AUDIENCE:
+                    journal.finish(ctx, incident_id, entry.seq, "skipped", CANCELLED_STEP)
+            journal.set_status(ctx, incident_id, "done")
+    finally:
+        ctx.close()

@@ -79,9 +79,10 @@ def render(summary: IncidentSummary, max_evidence: int = 12) -> tuple[str, str]:
             lines.append(f"Deadline: {deadline} (no answer by then = deny)")
         url = summary.approval_url or summary.flow_run_url
         if url:
-            lines.append(f"Approve or deny it in the Prefect UI (Resume on the paused run): {url}")
+            lines.append(f"Answer it on the paused run's page (Resume: approve or deny; Cancel: deny and stop): {url}")
         else:
-            lines.append("Approve or deny it in the Prefect UI (no answer before the timeout = deny).")
+            lines.append("Answer it in the Prefect UI (Resume on the paused run; no answer before the deadline = deny).")
+        lines.append(f"Or from a terminal: pitstop approvals approve|deny {summary.incident_id} --comment \"...\"")
     if verdict and verdict.evidence:
         lines += ["", "Evidence:"]
         for ev in verdict.evidence[:max_evidence]:
@@ -89,9 +90,9 @@ def render(summary: IncidentSummary, max_evidence: int = 12) -> tuple[str, str]:
             lines.append(f"  {where}: {ev.text[:300]}")
         if len(verdict.evidence) > max_evidence:
             lines.append(f"  ... {len(verdict.evidence) - max_evidence} more in the incident record")
-    lines += ["", "Actions:"]
+    lines += ["", "Done so far:" if summary.awaiting_approval else "Actions:"]
     if not summary.actions:
-        lines.append("  none")
+        lines.append("  nothing yet" if summary.awaiting_approval else "  none")
     for action in summary.actions:
         state = _STATE_WORDS.get(action.state, action.state).format(why=why_not)
         lines.append(f"  {action.kind} {action.target}: {state}{' - ' + action.detail if action.detail else ''}")

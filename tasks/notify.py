@@ -38,27 +38,8 @@ def _outbox(ctx: PipelineContext, audience: str, summary: IncidentSummary, subje
     return str(path)
 
 
-def with_approval_request(summary: IncidentSummary) -> IncidentSummary:
-    """An "approval needed" summary gets the deadline, link and reasons of the request being
-    announced (tasks.approval), unless its builder set them already."""
-    if not summary.awaiting_approval or summary.approval_deadline is not None:
-        return summary
-    from tasks.approval import announced_request
-
-    request = announced_request(summary.incident_id)
-    if request is None:
-        return summary
-    return summary.model_copy(update={
-        "approval_deadline": request.deadline,
-        "approval_url": summary.approval_url or request.flow_run_url,
-        "approval_why": summary.approval_why or request.why,
-        "approval_markdown": summary.approval_markdown or request.markdown(),
-    })
-
-
 @task(name="notify", cache_policy=NO_CACHE)
 def notify_incident(ctx: PipelineContext, summary: IncidentSummary, to_user: bool = True) -> list[Delivery]:
-    summary = with_approval_request(summary)
     subject, body = render(summary, ctx.settings.pipeline.max_evidence_lines)
     targets: list[tuple[str, list[str]]] = [("ops", list(ctx.settings.notify.urls))]
     template = ctx.settings.pipeline.user_notify_url

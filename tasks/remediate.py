@@ -6,14 +6,19 @@ Shared by post_failure and node_alarm. Intent for every action is journaled firs
   left "running" by a killed run -> confirmed from the cluster's state when possible, else redone
   only for kinds that are safe to redo (drain with the same reason, diag), else failed for a human;
   blocked / would_do -> already final at planning;
-  needs approval -> ops are told, the flow pauses for the form; deny/timeout -> denied;
-  run -> claim (running), execute (one task per kind), result.
+  needs approval -> one question per plan round: at the first step that needs consent, ops are
+    asked once about every step of the round that needs it (read-only steps never), the flow
+    pauses for the form, and the answer covers all of them; deny/timeout -> denied; Cancel ->
+    denied and every remaining step skipped (no escalation);
+  run -> claim (running), execute (one task per kind), result (after the approver's words).
 Notifications (notify_ops/notify_user) are journaled here and finished by the notify step.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 
 from pydantic import BaseModel, Field
 
@@ -21,7 +26,8 @@ from pitstop.policy.decide import Decision, PlannedAction
 from pitstop.policy.model import NODE_CHANGING, NODE_TARGETED, NOTIFYING, ActionKind
 from tasks import journal
 from tasks.act import ACT_TASKS, already_applied, intent_params
-from tasks.approval import announcing, build_request, wait_for_approval
+from tasks.approval import (ApprovalOutcome, ApprovalRequest, answer_given_to, build_request, question_key, run_logger,
+                            wait_for_approval)
 from tasks.context import PipelineContext
 from tasks.message import ActionLine
 
@@ -31,39 +37,170 @@ EXECUTED_STATES = frozenset({"done", "failed", "denied"})  # only execution/answ
 # GPU reset or a reboot); after a failed rung they are skipped and the escalation climbs.
 AFTER_A_RUNG = frozenset({ActionKind.DIAG, ActionKind.RESUME})
 MAX_ROUNDS = 8  # plan + escalations; every default ladder has at most four rungs
+# Steps that change nothing: never put in an approval question (a diag that waited for a drain
+# follows that drain's answer through `denied_drains`).
+READ_ONLY = frozenset({ActionKind.DIAG}) | NOTIFYING
+# An approval question that could not be delivered is sent again after these pauses (seconds).
+DELIVERY_RETRIES_S = (2.0, 5.0)
+CANCELLED_STEP = "not done: the approval was cancelled (Cancel = deny and stop)"
 
 
 class RemediationOutcome(BaseModel):
     lines: list[ActionLine] = Field(default_factory=list)
     facts: dict = Field(default_factory=dict, description="diag results etc., shared between steps")
     approvals_asked: int = 0
+    answers: list[ApprovalOutcome] = Field(default_factory=list, description="every answer, in order")
+    stopped: bool = Field(default=False, description="Cancel: nothing more runs")
+
+
+# ask(request, lines so far) -> the deliveries of the "approval needed" notification
+Ask = Callable[[ApprovalRequest, list[ActionLine]], list]
 
 
 def carry_out(
     ctx: PipelineContext,
     incident_id: int,
     decision: Decision,
-    ask_approval: Callable[[PlannedAction], None],
+    ask_approval: Ask,
     rma: Callable[[PlannedAction, dict], "journal.TicketResult"],
     escalate: Callable[[Decision], list[PlannedAction]] | None = None,
     evidence: list | None = None,  # the verdict's Evidence for approval forms; None: the incident's record
+    sleep: Callable[[float], None] = time.sleep,
 ) -> RemediationOutcome:
     """Run the plan; then, while `escalate` finds a node whose rung did not fix it, journal the
     next rung's steps (the decision is saved first, so a re-run after a crash keeps them) and
-    run those too. The ladder bounds the loop; MAX_ROUNDS guards against a policy bug."""
+    run those too, asking again only for the new steps. The ladder bounds the loop; MAX_ROUNDS
+    guards against a policy bug. A Cancel ends it at once."""
     outcome = RemediationOutcome(facts={"incident_id": incident_id})
-    asking = lambda action, key: build_request(ctx, incident_id, decision, action, key, evidence)  # noqa: E731
     journal.plan(ctx, incident_id, decision.actions)
     pending = list(decision.actions)
     for _ in range(MAX_ROUNDS):
-        for action in pending:
-            outcome.lines.append(_one(ctx, incident_id, action, outcome, ask_approval, rma, asking))
+        answers: dict[int, ApprovalOutcome] = {}
+        for n, action in enumerate(pending):
+            if outcome.stopped:
+                outcome.lines.append(_stopped_line(ctx, incident_id, action))
+                continue
+            if action.seq not in answers and _needs_consent(ctx, incident_id, action, outcome):
+                listed = [a for a in pending[n:] if _needs_consent(ctx, incident_id, a, outcome)]
+                answer = _ask(ctx, incident_id, decision, listed, outcome, ask_approval, evidence, sleep)
+                answers.update({a.seq: answer for a in listed})
+                if answer.stops_the_run:
+                    outcome.lines.append(_finished_line(action, journal.action_entry(ctx, incident_id, action.seq), outcome))
+                    continue
+            outcome.lines.append(_one(ctx, incident_id, action, outcome, rma))
+        if outcome.stopped:
+            break
         pending = escalate(decision) if escalate is not None else []
         if not pending:
             break
         journal.save_decision(ctx, incident_id, decision)
         journal.plan(ctx, incident_id, pending)
     return outcome
+
+
+def _needs_consent(ctx, incident_id: int, action: PlannedAction, outcome: RemediationOutcome) -> bool:
+    """A step the question must name: it asks, is not read-only, is still unanswered in the
+    journal (a re-run after an answer does not ask again), and no denial already covers it."""
+    if action.disposition != "ask" or action.kind in READ_ONLY:
+        return False
+    if action.target in outcome.facts.get("denied_drains", []) and action.kind in NODE_TARGETED:
+        return False
+    row = journal.action_entry(ctx, incident_id, action.seq)
+    return row is not None and row.state == "awaiting_approval"
+
+
+def _ask(ctx, incident_id: int, decision: Decision, listed: list[PlannedAction], outcome: RemediationOutcome,
+         ask_approval: Ask, evidence, sleep) -> ApprovalOutcome:
+    """One question for the `listed` steps; the answer is journaled on each of them."""
+    log = run_logger()
+    seqs = [a.seq for a in listed]
+    earlier = journal.question_of(ctx, incident_id, seqs[0])
+    deadline = _parse_time(earlier.get("deadline"))  # a re-run keeps the deadline the mail announced
+    done = [f"{line.kind} {line.target}: {line.state}" for line in outcome.lines if line.state in EXECUTED_STATES]
+    request = build_request(ctx, incident_id, decision, listed, question_key(incident_id, seqs), evidence,
+                            deadline=deadline, done_so_far=done)
+    facts = {"key": request.key, "steps": seqs, "title": request.title(), "deadline": request.deadline.isoformat(),
+             "asked_at": datetime.now(timezone.utc).isoformat(), "flow_run_id": request.flow_run_id,
+             "flow_run_url": request.flow_run_url}
+    earlier_run = earlier.get("flow_run_id")
+    answer = None
+    if earlier_run and earlier_run != request.flow_run_id:  # asked by a run that stopped (restart)
+        answer = answer_given_to(earlier_run, request.key)
+        if answer is not None:
+            log.info("Incident %s: using the answer given to the earlier run %s: %s", incident_id, earlier_run,
+                     answer.summary)
+    if answer is None:
+        for seq in seqs:
+            journal.note_question(ctx, incident_id, seq, facts)
+        journal.set_status(ctx, incident_id, "awaiting_approval")  # what `pitstop incidents` shows meanwhile
+        delivered, how = _deliver(request, outcome, ask_approval, log, sleep)
+        for seq in seqs:
+            journal.note_question(ctx, incident_id, seq, {"delivered": delivered, "delivery": how})
+        outcome.approvals_asked += 1
+        answer = wait_for_approval(request.key, ctx.settings.pipeline.approval_timeout_s, request)
+    journal.set_status(ctx, incident_id, "acting")
+    drains = {a.target for a in listed if a.kind is ActionKind.DRAIN}
+    for action in listed:
+        if not answer.approved and action.target in drains and action.kind is not ActionKind.DRAIN \
+                and not action.approval_why:
+            continue  # it asked only because it waits for that drain: skipped after it, as "not done"
+        journal.resolve_approval(ctx, incident_id, action.seq, answer.approved, answer.note, by=answer.by)
+        journal.note_question(ctx, incident_id, action.seq, {
+            "answer": answer.answer, "by": answer.by, "comment": answer.comment,
+            "answered_at": datetime.now(timezone.utc).isoformat()})
+        if not answer.approved and action.kind is ActionKind.DRAIN:
+            outcome.facts.setdefault("denied_drains", []).append(action.target)
+    outcome.answers.append(answer)
+    outcome.stopped = answer.stops_the_run
+    return answer
+
+
+def _deliver(request: ApprovalRequest, outcome: RemediationOutcome, ask_approval: Ask, log, sleep) -> tuple[bool, str]:
+    """Send the question; retry a failed delivery. (delivered, what happened) for the journal."""
+    how = "not sent"
+    for attempt, pause in enumerate((*DELIVERY_RETRIES_S, None), 1):
+        try:
+            deliveries = [d for d in ask_approval(request, list(outcome.lines)) if d.audience == "ops"]
+        except Exception as exc:  # the notify step itself failed (timeout, crash): try again
+            deliveries, how = [], f"notify step failed ({type(exc).__name__}: {exc})"
+        if deliveries:
+            how = "; ".join(f"{d.status}: {d.summary}" for d in deliveries)
+            if any(journal.delivered(d) for d in deliveries):
+                if all(str(d.status).endswith("skipped") for d in deliveries):
+                    log.warning("Approval question for incident %s: no notify URLs configured, so nobody was "
+                                "mailed; it waits in the Prefect UI and `pitstop approvals`", request.incident_id)
+                return True, how
+        if pause is None:
+            break
+        log.warning("Approval question for incident %s could not be delivered (try %d: %s); retrying in %g s",
+                    request.incident_id, attempt, how, pause)
+        sleep(pause)
+    log.error("Approval question for incident %s was NOT delivered after %d tries (%s); it waits in the Prefect "
+              "UI and `pitstop approvals` until %s", request.incident_id, len(DELIVERY_RETRIES_S) + 1, how,
+              request.deadline_text())
+    return False, how
+
+
+def _stopped_line(ctx, incident_id: int, action: PlannedAction) -> ActionLine:
+    """After a Cancel: steps that would change something are skipped; notifications still go."""
+    row = journal.action_entry(ctx, incident_id, action.seq)
+    line = ActionLine(kind=action.kind.value, target=action.target, state=row.state if row else "",
+                      detail=(row.result or "") if row else "")
+    if row is None or row.state in journal.FINAL_STATES:
+        return line
+    if action.kind in NOTIFYING:
+        line.state, line.detail = "intended", "sent with the incident notification"
+        return line
+    journal.finish(ctx, incident_id, action.seq, "skipped", CANCELLED_STEP)
+    line.state, line.detail = "skipped", CANCELLED_STEP
+    return line
+
+
+def _parse_time(value) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if isinstance(value, str) and value else None
+    except ValueError:
+        return None
 
 
 def _finished_line(action: PlannedAction, row: journal.JournalEntry, outcome: RemediationOutcome) -> ActionLine:
@@ -78,7 +215,7 @@ def _finished_line(action: PlannedAction, row: journal.JournalEntry, outcome: Re
     return ActionLine(kind=action.kind.value, target=action.target, state=row.state, detail=why or "")
 
 
-def _one(ctx, incident_id, action: PlannedAction, outcome, ask_approval, rma, asking=None) -> ActionLine:
+def _one(ctx, incident_id, action: PlannedAction, outcome, rma) -> ActionLine:
     seq = action.seq
     row = journal.action_entry(ctx, incident_id, seq)
     line = ActionLine(kind=action.kind.value, target=action.target, state="")
@@ -126,22 +263,14 @@ def _one(ctx, incident_id, action: PlannedAction, outcome, ask_approval, rma, as
         journal.finish(ctx, incident_id, seq, "skipped", result)
         line.state, line.detail = "skipped", result
         return line
-    if action.disposition == "ask" and row.state == "awaiting_approval":
-        key = f"incident-{incident_id}-action-{seq}"
-        request = asking(action, key) if asking is not None else None  # what the form shows; its deadline
-        with announcing(request):  # the notification states the same deadline and links the paused run
-            ask_approval(action)
-        outcome.approvals_asked += 1
-        journal.set_status(ctx, incident_id, "awaiting_approval")  # what `pitstop incidents` shows meanwhile
-        answer = wait_for_approval(key, ctx.settings.pipeline.approval_timeout_s, request)
-        journal.set_status(ctx, incident_id, "acting")
-        journal.resolve_approval(ctx, incident_id, seq, answer.approved, answer.note)
-        if not answer.approved:
-            if action.kind is ActionKind.DRAIN:
-                denied_drains.append(action.target)
-            line.state, line.detail = "denied", answer.summary
-            return line
-        line.detail = answer.summary
+    if row.state == "awaiting_approval":
+        # Only a read-only step gets here unasked (see _needs_consent): it needs no consent.
+        if action.kind not in READ_ONLY:
+            raise RuntimeError(f"incident {incident_id}: step {seq} ({action.kind.value}) was never asked about")
+        journal.resolve_approval(ctx, incident_id, seq, True, f"{action.kind.value} is read-only: no consent needed")
+        row = journal.action_entry(ctx, incident_id, seq)
+    if row.result and row.result.startswith("approved"):
+        line.detail = row.result  # who said yes and why; kept in front of the step's own result
 
     if not journal.start(ctx, incident_id, seq, intent_params(ctx, action)):
         row = journal.action_entry(ctx, incident_id, seq)  # finished meanwhile by another run
@@ -152,11 +281,11 @@ def _one(ctx, incident_id, action: PlannedAction, outcome, ask_approval, rma, as
     else:
         result = ACT_TASKS[action.kind](ctx, action, outcome.facts)
         state, summary, details = result.state, result.summary, result.details
-    journal.finish(ctx, incident_id, seq, state, summary, details)
-    _after(ctx, incident_id, action)
-    _note_rung(action, state, outcome)
     line.state = state
     line.detail = f"{line.detail}; {summary}" if line.detail else summary
+    journal.finish(ctx, incident_id, seq, state, line.detail, details)  # the approver's words stay
+    _after(ctx, incident_id, action)
+    _note_rung(action, state, outcome)
     return line
 
 

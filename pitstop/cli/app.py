@@ -12,12 +12,16 @@ import typer
 
 COMMAND_MODULES: tuple[str, ...] = (
     "pitstop.cli.cmd_records",  # nodes, incidents, breaker, mode
+    "pitstop.cli.cmd_approvals",  # approvals (list, approve, deny)
     "pitstop.cli.cmd_run",  # run, runs
     "pitstop.cli.cmd_classify",  # classify
+    "pitstop.cli.cmd_label",  # label, labels
+    "pitstop.cli.cmd_rules",  # rules check, rules suggest
     "pitstop.cli.cmd_policy",  # policy check
     "pitstop.cli.cmd_node",  # node-check
     "pitstop.cli.cmd_hooks",  # epilog, prolog, spool
     "pitstop.cli.cmd_up",  # up
+    "pitstop.cli.cmd_metrics",  # metrics
     "pitstop.cli.cmd_reconcile",  # reconcile
     "pitstop.cli.cmd_pipeline",  # demo
     "pitstop.cli.cmd_simulate",  # simulate

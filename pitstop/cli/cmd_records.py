@@ -45,9 +45,10 @@ def nodes_cmd(
     window_hours: float = typer.Option(72.0, "--window", help="count incidents in this many hours"),
     cluster: Optional[str] = typer.Option(None, help="only this cluster"),
 ) -> None:
-    """Nodes Pitstop knows: state, who owns the drain, ladder rung, incidents, lemon flag."""
+    """Nodes Pitstop knows: state, who owns the drain, ladder rung, incidents, lemon and straggler flags."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from pitstop.store import records
 
@@ -55,10 +56,13 @@ def nodes_cmd(
     since = datetime.now(timezone.utc) - timedelta(hours=window_hours)
     incidents = records.recent_incidents(store, cluster=cluster, since=since, limit=100_000)
     rows = records.list_nodes(store, cluster)
+    stragglers = records.node_stragglers(store, cluster)
     table = Table(title=f"Nodes (incidents in the last {window_hours:g} h)")
     for col in ("cluster", "node", "state", "drain owner", "ladder rung", "incidents", "Xids", "lemon", "updated",
                 "next step"):
         table.add_column(col)
+    if stragglers:
+        table.add_column("straggler (why)", overflow="fold")
     policy = _policy_or_none()
     for n in rows:
         count = sum(1 for i in incidents if i.cluster == n.cluster and n.name in (i.nodes or []))
@@ -66,8 +70,13 @@ def nodes_cmd(
         xids = ", ".join(f"{k}x{v}" for k, v in sorted((n.xid_counts or {}).items())) or "-"
         owner = {"pitstop": "pitstop", "foreign": "[yellow]someone else[/]"}.get(n.drain_owner, "-")
         lemon = "[red]LEMON[/]" if n.lemon else ""
-        table.add_row(n.cluster, n.name, n.state or "?", owner, rung, str(count), xids, lemon, _ago(n.updated_at),
-                      _next_step(store, policy, n))
+        cells = [n.cluster, n.name, n.state or "?", owner, rung, str(count), xids, lemon, _ago(n.updated_at),
+                 _next_step(store, policy, n)]
+        if stragglers:
+            flag = stragglers.get((n.cluster, n.name))
+            # Text, not markup: rich would turn the ":AB:" of a PCI address into an emoji
+            cells.append(Text.assemble((flag.detail, "yellow"), f" ({_ago(flag.at)})") if flag else "")
+        table.add_row(*cells)
     console = Console()
     if not rows:
         console.print("No nodes recorded yet (they appear after the first sweep or incident).")
@@ -137,8 +146,11 @@ def incidents_cmd(
             subject += f" on {','.join(inc.nodes[:3])}" + ("..." if len(inc.nodes) > 3 else "")
         acts = records.journal(store, inc.id)
         summary = ", ".join(f"{a.kind} {a.target}: {a.state}" for a in acts) or "-"
+        status = inc.status
+        if any(_question(a).get("delivered") is False for a in acts if a.state == "awaiting_approval"):
+            status += " [red](question NOT delivered)[/]"
         table.add_row(str(inc.id), _ago(inc.created_at), escape(subject), inc.cause, escape(inc.signature),
-                      inc.status, escape(summary))
+                      status, escape(summary))
     console.print(table)
     if explain:
         for inc in rows:
@@ -146,6 +158,17 @@ def incidents_cmd(
             console.print(f"[bold]incident {inc.id}[/]")
             for line in lines:
                 console.print("  " + escape(line))
+            for act in records.journal(store, inc.id):  # what happened, with who answered and why
+                console.print(f"  step {act.seq} {escape(act.kind)} {escape(act.target)}: {act.state}"
+                              + (f" - {escape(act.result)}" if act.result else ""))
+                asked = _question(act)
+                if asked and asked.get("delivered") is False:
+                    console.print(f"    [red]approval question NOT delivered[/]: {escape(str(asked.get('delivery')))}")
+
+
+def _question(act) -> dict:
+    """The approval question noted on a journal step (tasks.remediate), if any."""
+    return dict((act.params or {}).get("approval") or {})
 
 
 def _explain(decision: dict | None) -> list[str]:

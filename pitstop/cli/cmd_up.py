@@ -49,8 +49,16 @@ def register(app: typer.Typer) -> None:
             kwargs={"on_report": lambda r: typer.echo(f"spool: {r.summary}")},
         )
         deliverer.start()
+        from pitstop.metrics.exporter import MetricsServer
+
+        metrics = MetricsServer(settings, server.api_url, on_message=lambda m: typer.echo(m, err=True))
+        if metrics.start():
+            typer.echo(f"Metrics:     {metrics.url}")
 
         def on_term(_signum, _frame):
+            from tasks.approval import stop_waiting
+
+            stop_waiting()  # runs waiting for approval leave at once and stay Paused (not denied)
             raise KeyboardInterrupt
 
         signal.signal(signal.SIGTERM, on_term)
@@ -71,5 +79,26 @@ def register(app: typer.Typer) -> None:
             pass
         finally:
             stop.set()
+            from tasks.approval import stop_waiting
+
+            stop_waiting()  # Ctrl-C too: open questions stay open for the next `pitstop up`
+            metrics.stop()
+            _flush_prefect_workers()
             server.stop()
             typer.echo("pitstop up: stopped")
+
+
+def _flush_prefect_workers(timeout_s: float = 5.0) -> None:
+    """Send Prefect's queued events and logs while the server still answers: left for the
+    interpreter's exit, their workers retry against a stopped server for about a minute (the
+    slow shutdown that took a second SIGTERM)."""
+    try:
+        from prefect.events.worker import EventsWorker
+        from prefect.logging.handlers import APILogWorker
+    except ImportError:  # another Prefect layout: nothing queued we know of
+        return
+    for worker in (EventsWorker, APILogWorker):
+        try:
+            worker.drain_all(timeout=timeout_s)
+        except Exception:  # best effort: shutdown must not fail on telemetry
+            pass

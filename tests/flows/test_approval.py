@@ -113,18 +113,18 @@ def test_approve_creates_and_sends_the_rma_ticket(rma_case, demo, mailbox, webho
     monkeypatch.setenv("PITSTOP_PIPELINE__APPROVAL_TIMEOUT_S", "90")
     monkeypatch.setenv("PITSTOP_PIPELINE__TICKET_URLS", json.dumps([webhook.url]))
     errors: list = []
-    approver = _answer_when_paused(isolated_home, {"decision": "approve", "comment": "vendor case opened by on-call"}, errors)
+    approver = _answer_when_paused(isolated_home, {"decision": "approve", "approver": "oncall", "comment": "vendor case opened by on-call"}, errors)
     report = post_failure(rma_case.job_id)
     approver.join(10)
     assert not errors, errors
 
     body, url, run_id = _approval_notice(isolated_home)
-    assert "Waiting for approval: awaiting approval: rma_ticket" in body
+    assert f"Waiting for approval: rma_ticket {rma_case.nodes[0]}\n" in body
     assert report.flow_run_url == url and run_id in url
     culprit = rma_case.nodes[0]
     acts = _actions_by_kind()
     assert acts["rma_ticket"].state == "done", acts["rma_ticket"].result
-    assert "approved: vendor case opened by on-call" in report.actions[1].detail
+    assert "approved by oncall: vendor case opened by on-call" in report.actions[1].detail
     [ticket] = rows(Ticket)
     assert ticket.node == culprit and ticket.incident_id == report.incident_id
     assert ticket.status == "sent" and ticket.xid_history and ticket.xid_history[0]["xid"] == 79
@@ -137,7 +137,8 @@ def test_approve_creates_and_sends_the_rma_ticket(rma_case, demo, mailbox, webho
     subjects = wait_for(lambda: len(mailbox.messages) >= 2 and mailbox.subjects(), 20, "two mails")
     assert any(s.startswith("APPROVAL NEEDED") for s in subjects)
     assert any(s.startswith("[pitstop demo] job") for s in subjects)
-    assert _flow_state(run_id).is_completed()
+    state = _flow_state(run_id)
+    assert state.is_completed() and state.name == "Approved", state
     assert demo.node(culprit).is_drained  # the drain needs no approval and happened first
 
 
@@ -146,7 +147,7 @@ def test_deny_opens_no_ticket(rma_case, demo, mailbox, isolated_home, monkeypatc
 
     monkeypatch.setenv("PITSTOP_PIPELINE__APPROVAL_TIMEOUT_S", "90")
     errors: list = []
-    approver = _answer_when_paused(isolated_home, {"decision": "deny", "comment": "known board, swap on Friday"}, errors)
+    approver = _answer_when_paused(isolated_home, {"decision": "deny", "approver": "oncall", "comment": "known board, swap on Friday"}, errors)
     report = post_failure(rma_case.job_id)
     approver.join(10)
     assert not errors, errors
@@ -157,6 +158,8 @@ def test_deny_opens_no_ticket(rma_case, demo, mailbox, isolated_home, monkeypatc
     assert not any(s.startswith("[pitstop RMA]") for s in mailbox.subjects())
     assert acts["drain"].state == "done" and acts["notify_ops"].state == "done"
     assert report.status == "done"
+    state = _flow_state(_approval_notice(isolated_home)[2])
+    assert state.is_completed() and state.name == "Denied", state
 
 
 def test_timeout_is_a_deny_and_the_run_does_not_stay_paused(rma_case, demo, isolated_home, monkeypatch):
@@ -170,7 +173,7 @@ def test_timeout_is_a_deny_and_the_run_does_not_stay_paused(rma_case, demo, isol
     assert rows(Ticket) == []
     _, _, run_id = _approval_notice(isolated_home)
     state = _flow_state(run_id)
-    assert state.is_completed(), state
+    assert state.is_completed() and state.name == "Timed out", state
     assert any(a.kind == "rma_ticket" and a.state == "denied" for a in report.actions)
 
 
@@ -198,7 +201,7 @@ def test_a_run_killed_while_waiting_asks_again_and_acts_once(rma_case, demo, mai
         os.killpg(child.pid, signal.SIGKILL)
         child.wait(10)
     errors: list = []
-    approver = _answer_when_paused(isolated_home, {"decision": "approve", "comment": "second time lucky"}, errors, nth=1)
+    approver = _answer_when_paused(isolated_home, {"decision": "approve", "approver": "oncall", "comment": "second time lucky"}, errors, nth=1)
     report = post_failure(rma_case.job_id)
     approver.join(10)
     assert not errors, errors
@@ -244,16 +247,17 @@ def test_the_form_says_what_is_approved_and_needs_a_decision(rma_case, demo, mai
             seen.update(body=body, url=url, run_id=run_id)
             seen.update(wait_for_form(run_id))
             with get_client(sync_client=True) as client:
-                for bad in (None, {}, {"comment": "only a comment"}, {"decision": "maybe"}):
+                for bad in (None, {}, {"comment": "only a comment"}, {"decision": "maybe", "approver": "alice"},
+                            {"decision": "approve"}, {"decision": "approve", "approver": ""}):
                     result = client.resume_flow_run(UUID(run_id), run_input=bad)
                     seen.setdefault("refused", []).append((bad, result.status.value, result.details.reason))
             seen["paused_after_refusals"] = _flow_state(run_id).is_paused()
-            resume_flow_run(UUID(run_id), run_input={"decision": "approve", "comment": "checked the evidence"})
+            resume_flow_run(UUID(run_id), run_input={"decision": "approve", "approver": "alice", "comment": "checked the evidence"})
         except BaseException as exc:  # surfaced by the test thread; deny so the flow ends now
             errors.append(exc)
             if "run_id" in seen:
                 try:
-                    resume_flow_run(UUID(seen["run_id"]), run_input={"decision": "deny", "comment": "test failed"})
+                    resume_flow_run(UUID(seen["run_id"]), run_input={"decision": "deny", "approver": "test", "comment": "test failed"})
                 except Exception:
                     pass
 
@@ -285,14 +289,16 @@ def test_the_form_says_what_is_approved_and_needs_a_decision(rma_case, demo, mai
     assert 100 < (deadline - seen["state"].timestamp).total_seconds() <= 121
     assert f"Deadline: {match.group(1)} UTC (no answer by then = deny)" in seen["body"]
     assert seen["url"] == f"{prefect_server.ui_url}/runs/flow-run/{seen['run_id']}"
-    assert f"Approve or deny it in the Prefect UI (Resume on the paused run): {seen['url']}" in seen["body"]
+    assert ("Answer it on the paused run's page (Resume: approve or deny; Cancel: deny and stop): "
+            f"{seen['url']}") in seen["body"]
     # the answer is a required choice; the comment is optional
     schema = seen["schema"]
-    assert schema["required"] == ["decision"], schema
+    assert sorted(schema["required"]) == ["approver", "decision"], schema
     assert schema["properties"]["decision"]["enum"] == ["approve", "deny"]
     assert "comment" in schema["properties"]
-    assert [status for _, status, _ in seen["refused"]] == ["REJECT"] * 4, seen["refused"]
-    assert all("decision" in reason for _, _, reason in seen["refused"]), seen["refused"]
+    assert [status for _, status, _ in seen["refused"]] == ["REJECT"] * 6, seen["refused"]
+    reasons = [reason for _, _, reason in seen["refused"]]
+    assert all("decision" in r for r in reasons[:4]) and "approver" in reasons[4], reasons
     assert seen["paused_after_refusals"]
     # the same text is a markdown artifact on the run
     [artifact] = _artifacts(f"approval-incident-{incident.id}-action-{seq}-rma-ticket", seen["run_id"])
@@ -302,7 +308,7 @@ def test_the_form_says_what_is_approved_and_needs_a_decision(rma_case, demo, mai
     acts = _actions_by_kind()
     assert acts["rma_ticket"].state == "done", acts["rma_ticket"].result
     [line] = [a for a in report.actions if a.kind == "rma_ticket"]
-    assert line.state == "done" and "approved: checked the evidence" in line.detail, line
+    assert line.state == "done" and "approved by alice: checked the evidence" in line.detail, line
     [ticket] = rows(Ticket)
     assert ticket.node == culprit
     assert _flow_state(seen["run_id"]).is_completed()
@@ -328,8 +334,8 @@ def test_wait_for_approval_without_a_request_still_asks(prefect_server):
         try:
             run_id = wait_for(lambda: ids and ids[0], 30, "the flow run to start")
             form = wait_for_form(run_id)
-            assert "Deadline:" in form["description"] and form["schema"]["required"] == ["decision"]
-            resume_flow_run(UUID(run_id), run_input={"decision": "deny", "comment": "not today"})
+            assert "Deadline:" in form["description"] and "decision" in form["schema"]["required"]
+            resume_flow_run(UUID(run_id), run_input={"decision": "deny", "approver": "tester", "comment": "not today"})
         except BaseException as exc:
             errors.append(exc)
 
@@ -339,7 +345,7 @@ def test_wait_for_approval_without_a_request_still_asks(prefect_server):
     thread.join(10)
     assert not errors, errors
     assert not outcome.approved and not outcome.timed_out and outcome.comment == "not today"
-    assert outcome.summary == "denied: not today"
+    assert outcome.summary == "denied by tester: not today"
 
 
 def test_request_markdown_is_inert_and_keyed():

@@ -86,12 +86,15 @@ class Simulation:
         self.productive = 0.0
         self.loss: Counter = Counter()
         self.loss_by_cause: Counter = Counter()
+        self.human_wait_by_cause: Counter = Counter()
         self.interruptions: Counter = Counter()
         self.repeats: Counter = Counter()
         self.human_restarts = 0
         self.approvals = 0
         self.denied = 0
         self.needed_human = 0
+        self.needed_human_by_category: Counter = Counter()
+        self.planned_restarts = 0
         self.decisions = 0
 
     # --- plumbing -----------------------------------------------------------------------------
@@ -110,6 +113,8 @@ class Simulation:
         if minutes > 0:
             self.loss[kind] += minutes
             self.loss_by_cause[cause or self.cause] += minutes
+            if kind == "waiting_for_human":
+                self.human_wait_by_cause[cause or self.cause] += minutes
 
     # --- the run ------------------------------------------------------------------------------
     def run(self) -> StrategyResult:
@@ -193,7 +198,12 @@ class Simulation:
         self.human_restarts += h.human_restart
         self.approvals += h.approvals
         self.denied += h.denied
-        self.needed_human += bool(h.human_restart or h.approvals or (self.strategy.mode is not None and h.human_minutes > 0))
+        # A person was needed when the job's return waited for one: a restart by hand, or an
+        # approval asked before the requeue. An approval for node work after the requeue (the
+        # RMA ticket of an excluded node) keeps the node out, not the job: counted in `approvals`.
+        if h.human_restart or h.human_minutes > 0:
+            self.needed_human += 1
+            self.needed_human_by_category[category.name] += 1
         if h.resubmit:
             self.job_serial += 1  # a resubmitted batch script is a new job, with the changes
         self.excluded = list(dict.fromkeys(self.excluded + h.exclude)) if not h.resubmit else list(h.exclude)
@@ -249,6 +259,7 @@ class Simulation:
             return
         self.excluded = [n for n in self.excluded if n in self.pool.out]
         self.needed_human += 1
+        self.needed_human_by_category[self.cause] += 1
         self._try_start(t)
 
     def _new_link(self, exclude: list[str] | None = None) -> None:
@@ -263,6 +274,7 @@ class Simulation:
             self.link_due = True  # the next requeue starts the new link
             return
         self.productive += t - self.train_start  # the link checkpoints on its way out
+        self.planned_restarts += 1
         self.run_id += 1
         self.phase = "down"
         self.cause = PLANNED
@@ -283,14 +295,19 @@ class Simulation:
             allocated_gpu_hours=horizon * to_gpu_h,
             interruptions=sum(self.interruptions.values()),
             interruptions_by_category=dict(self.interruptions),
+            fresh_interruptions=sum(self.interruptions.values()) - sum(self.repeats.values()),
+            planned_restarts=self.planned_restarts,
             repeat_failures=sum(self.repeats.values()),
             repeats_by_category=dict(self.repeats),
             human_restarts=self.human_restarts,
             approvals=self.approvals,
             approvals_denied=self.denied,
             needed_human=self.needed_human,
+            needed_human_by_category=dict(self.needed_human_by_category),
             lost_gpu_hours={k: self.loss.get(k, 0.0) * to_gpu_h for k in LOSS_KINDS},
             lost_gpu_hours_by_cause={k: v * to_gpu_h for k, v in sorted(self.loss_by_cause.items(), key=lambda kv: -kv[1])},
+            waiting_for_human_by_cause={k: v * to_gpu_h for k, v in
+                                        sorted(self.human_wait_by_cause.items(), key=lambda kv: -kv[1])},
             nodes_out_mean=sum(series) / len(series) if series else 0.0,
             nodes_out_max=max(series, default=0),
             nodes_out_hourly=series,

@@ -248,7 +248,11 @@ class PitstopOperator:
         if kind is ActionKind.DIAG:
             level = a.diag_level or 1
             need = pool.need(node)
-            missed = need is Need.REPLACE and level < 3 and w.rng.random() < p.node_times.diag_miss_below_level3
+            # The diag step is DCGM at the level plus the node check (tasks/act.py _diag): only
+            # DCGM's shallow levels can miss a part, and not one the node check fails anyway.
+            source = self.categories.get(pool.bad.get(node, (None, category.name))[1], category)
+            missed = (need is Need.REPLACE and level < 3 and not source.node_check_sees_replace
+                      and w.rng.random() < p.node_times.diag_miss_below_level3)
             passed = need is Need.NONE or missed
             last_diag[node] = passed
             return clock + p.node_times.diag_minutes.get(level, 0.0), "done", passed

@@ -73,6 +73,11 @@ class Category(_Strict):
     need: dict[Need, float] = Field(description="probability of each hidden need; sums to 1")
     repair: Repair = Repair.RMA
     node_down: bool = Field(default=False, description="Slurm marks the node DOWN (its own reason)")
+    node_check_sees_replace: bool = Field(
+        default=False,
+        description="the node check that runs with every Pitstop diag (tasks/act.py _diag) fails a "
+                    "part of this category that needs replacing, whatever the DCGM level: no "
+                    "`diag_miss_below_level3` for it")
 
     @field_validator("need")
     @classmethod

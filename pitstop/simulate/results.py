@@ -28,16 +28,26 @@ class StrategyResult(BaseModel):
     ettr: float = Field(description="productive GPU-hours / allocated GPU-hours")
     productive_gpu_hours: float
     allocated_gpu_hours: float
-    interruptions: int
+    interruptions: int = Field(description="every unexpected stop of the job: fresh faults and repeats "
+                                           "(planned job-chain restarts are not interruptions)")
     interruptions_by_category: dict[str, int]
+    fresh_interruptions: int = Field(description="interruptions by a new fault of the configured process "
+                                                 "(Table 5's rates): interruptions - repeat_failures")
+    planned_restarts: int = Field(description="restarts between links of the job chain (the paper's planned "
+                                              "interruptions: 47 in its 54 days); not interruptions")
     repeat_failures: int = Field(description="interruptions by a bad node the job was put back on")
     repeats_by_category: dict[str, int]
     human_restarts: int = Field(description="interruptions after which a person restarted the job")
-    approvals: int = Field(description="steps that waited for a person's approval")
+    approvals: int = Field(description="steps that waited for a person's approval (mostly node work after "
+                                       "the requeue: the job waits only for one asked before it)")
     approvals_denied: int = Field(description="approvals not answered in time (a deny)")
-    needed_human: int = Field(description="interruptions (or stuck pending jobs) a person had to act on")
+    needed_human: int = Field(description="interruptions (or stuck pending jobs) whose restart waited for a "
+                                          "person: a restart by hand, an approval before the requeue")
+    needed_human_by_category: dict[str, int] = Field(default_factory=dict)
     lost_gpu_hours: dict[str, float] = Field(description="by kind of loss (LOSS_KINDS)")
     lost_gpu_hours_by_cause: dict[str, float] = Field(description="by fault category that stopped the job")
+    waiting_for_human_by_cause: dict[str, float] = Field(default_factory=dict,
+                                                         description="the waiting_for_human loss, by category")
     nodes_out_mean: float
     nodes_out_max: int
     nodes_out_hourly: list[int] = Field(description="nodes out of the pool at each hour of the run")

@@ -18,11 +18,14 @@ def summary_table(c: Comparison) -> Table:
     t = Table(title=f"{c.days:g} days, {c.job_nodes:,} nodes x {c.gpus // c.job_nodes} GPUs "
                     f"({c.spare_nodes} spare nodes), seed {c.seed}, policy {c.policy}")
     for header in ("strategy", "ETTR", "inter-\nrupts", "re-\npeats", "human\nneeded",
-                   "human\nrestarts", "nodes out\nmean/max"):
+                   "by\nhand", "appro-\nvals", "nodes out\nmean/max"):
         t.add_column(header, justify="left" if header == "strategy" else "right", no_wrap=True)
     for s in c.strategies:
         t.add_row(s.label, f"{s.ettr:.3f}", str(s.interruptions), str(s.repeat_failures), str(s.needed_human),
-                  str(s.human_restarts), f"{s.nodes_out_mean:.1f}/{s.nodes_out_max}")
+                  str(s.human_restarts), str(s.approvals), f"{s.nodes_out_mean:.1f}/{s.nodes_out_max}")
+    t.caption = ("interrupts = fresh faults + repeats (a bad node the job ran on again); the job chain's "
+                 "planned restarts are not interrupts. human needed: the job's restart waited for a person "
+                 "(by hand: restarted by one); approvals (RMA, reboot) after the requeue keep a node out, not the job.")
     return t
 
 

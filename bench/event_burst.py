@@ -2,6 +2,15 @@
 jobs get their incident, and how soon, with reconciliation and without.
 
     .venv/bin/python bench/event_burst.py [--events 50] [--outage-s 5] [--skip-baseline]
+    .venv/bin/python bench/event_burst.py --cluster demo --nodes 2048 --events 500 [--over-s 60]
+
+The second form is the burst at size (no outage): a demo cluster of --nodes nodes under leaf
+switches of 32 (Slurm topology.conf layout), one leaf switch fails and --events jobs on its
+nodes end with the fabric fault, their epilogs spread over --over-s seconds, through a running
+`pitstop up` in act mode. It prints the event-to-decision latency (p50/p99/max: from the start
+of a job's epilog to the first journaled action of its incident), the counts (incidents, lost,
+duplicates) and what the storm guard let through (drains, breakers), and exits 1 unless every
+event got exactly one incident.
 
 What runs (all real processes on 127.0.0.1): a local Prefect server (SQLite), `pitstop up`
 serving the deployments (fast lane on, demo cluster, observe mode), and N `pitstop epilog`
@@ -108,9 +117,9 @@ def flow_runs(api_url: str, cluster: str) -> tuple[int, int]:
     return len(mine) - reconciled, reconciled
 
 
-def epilog(home: Path, api_url: str, cluster: str, job_id: int) -> None:
+def epilog(home: Path, api_url: str, cluster: str, job_id: int, nodelist: str = "gpu01") -> None:
     env = {"PITSTOP_HOME": str(home), "PREFECT_API_URL": api_url, "SLURM_JOB_ID": str(job_id),
-           "SLURM_CLUSTER_NAME": cluster, "SLURM_JOB_EXIT_CODE2": "1:0", "SLURM_JOB_NODELIST": "gpu01",
+           "SLURM_CLUSTER_NAME": cluster, "SLURM_JOB_EXIT_CODE2": "1:0", "SLURM_JOB_NODELIST": nodelist,
            "SLURM_JOB_END_TIME": str(int(time.time()))}
     subprocess.run([str(PITSTOP), "epilog"], env=env, timeout=60, check=False,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -170,14 +179,137 @@ def round_(work: Path, server: Server, events: int, outage_s: float, reconcile: 
         stop_process_group(up, grace_s=30)
 
 
+def decisions(home: Path, cluster: str) -> dict[str, list[tuple[int, datetime]]]:
+    """job id -> [(incident id, when its first action was journaled)] for decided incidents."""
+    db = home / "pitstop.db"
+    if not db.exists():
+        return {}
+    try:
+        with sqlite3.connect(db, timeout=10) as conn:
+            found = conn.execute(
+                "SELECT i.job_id, i.id, MIN(a.created_at) FROM incidents i JOIN actions a ON a.incident_id = i.id "
+                "WHERE i.cluster = ? GROUP BY i.id", (cluster,)).fetchall()
+    except sqlite3.OperationalError:
+        return {}  # not created yet
+    out: dict[str, list[tuple[int, datetime]]] = {}
+    for job_id, incident_id, at in found:
+        out.setdefault(job_id, []).append((incident_id, datetime.fromisoformat(at).replace(tzinfo=timezone.utc)))
+    return out
+
+
+def open_breakers(home: Path) -> list[tuple[str, str]]:
+    try:
+        with sqlite3.connect(home / "pitstop.db", timeout=10) as conn:
+            return conn.execute("SELECT scope, reason FROM breakers WHERE is_open").fetchall()
+    except sqlite3.OperationalError:
+        return []
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(round(q / 100 * len(ordered) + 0.5)) - 1))]
+
+
+def burst_at_size(work: Path, server: Server, nodes: int, events: int, over_s: float, wait_s: float,
+                  quiet_s: float, switch: str) -> dict:
+    from pitstop.cluster.demo import DemoCluster
+    from pitstop.cluster.hostlist import compress
+
+    home = work / "at-size"
+    cluster = f"burst-{uuid.uuid4().hex[:6]}"
+    api_url = f"http://127.0.0.1:{server.port}/api"
+    demo = DemoCluster.create(home / "demo", nodes=nodes, seed=11)
+    failed = demo.fail_switch(switch, events, seed=11)
+    env = {**os.environ, "PITSTOP_HOME": str(home), "PITSTOP_CLUSTER": "demo", "PITSTOP_MODE": "act",
+           "PREFECT_API_URL": api_url, "PITSTOP_PIPELINE__APPROVAL_TIMEOUT_S": "2",
+           "PITSTOP_TRIGGERS__HEALTH_SWEEP_CRON": "0 0 1 1 *", "PITSTOP_TRIGGERS__FLUSH_INTERVAL_S": "2",
+           "PITSTOP_TRIGGERS__RECONCILE_INTERVAL_S": "5", "PITSTOP_TRIGGERS__RECONCILE_GRACE_S": "10",
+           "PITSTOP_TRIGGERS__RECONCILE_LOOKBACK_S": "3600"}
+    log_path = work / "pitstop-up-at-size.log"
+    with log_path.open("wb") as log:
+        up = subprocess.Popen([str(PITSTOP), "up"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    sent: dict[str, datetime] = {}
+
+    def fire(index: int) -> None:
+        # the job ends at its slot in the burst; the epilog starts then (Slurm runs it at job end)
+        time.sleep(max(0.0, started + index * over_s / events - time.monotonic()))
+        job = failed[index]
+        sent[job.job_id] = datetime.now(timezone.utc)
+        epilog(home, api_url, cluster, int(job.job_id), compress(job.nodes))
+
+    try:
+        deadline = time.monotonic() + 180
+        while b"ready: " not in log_path.read_bytes():
+            if time.monotonic() > deadline or up.poll() is not None:
+                raise SystemExit(f"pitstop up did not start; see {log_path}")
+            time.sleep(0.5)
+        time.sleep(2)
+        started = time.monotonic()
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            list(pool.map(fire, range(events)))
+        burst_end = time.monotonic()
+        last_count, last_change = -1, time.monotonic()
+        while time.monotonic() - burst_end < wait_s:
+            found = decisions(home, cluster)
+            if len(found) != last_count:
+                last_count, last_change = len(found), time.monotonic()
+            if len(found) >= events or time.monotonic() - last_change > quiet_s:
+                break
+            time.sleep(1)
+        found = decisions(home, cluster)
+        latencies = [(min(at for _, at in found[j]) - sent[j]).total_seconds() for j in sent if j in found]
+        drains = [a for a in demo.actions() if a.op == "drain"]
+        return {"sent": len(sent), "incidents": sum(len(v) for v in found.values()), "distinct": len(found),
+                "duplicates": sum(len(v) - 1 for v in found.values()), "lost": len(set(sent) - set(found)),
+                "latencies": latencies, "burst_s": burst_end - started, "switch": switch,
+                "switch_nodes": len(demo.topology()[switch]), "drained_nodes": sorted({a.target for a in drains}),
+                "breakers": open_breakers(home), "log": log_path,
+                "automation_runs": flow_runs(api_url, cluster)}
+    finally:
+        stop_process_group(up, grace_s=30)
+
+
+def main_at_size(args) -> int:
+    work = Path(tempfile.mkdtemp(prefix="pitstop-burst-size-"))
+    server = Server(work / "server", free_port())
+    took = server.start()
+    print(f"local Prefect server on port {server.port} up in {took:.1f} s; {args.events} job-ended events "
+          f"from the nodes of switch {args.switch} over {args.over_s:g} s, demo cluster of {args.nodes} nodes")
+    try:
+        r = burst_at_size(work, server, args.nodes, args.events, args.over_s, args.wait_s, args.quiet_s, args.switch)
+    finally:
+        server.stop()
+    load = "/".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\n{os.cpu_count()} CPUs, load average {load} at the end; logs in {work}")
+    lat = r["latencies"]
+    if lat:
+        print(f"event-to-decision latency over {len(lat)} events: p50 {percentile(lat, 50):.1f} s, "
+              f"p99 {percentile(lat, 99):.1f} s, max {max(lat):.1f} s (burst sent in {r['burst_s']:.1f} s)")
+    auto, reconciled = r["automation_runs"]
+    print(f"incidents {r['distinct']}/{r['sent']}, duplicates {r['duplicates']}, lost {r['lost']}; "
+          f"flow runs {auto} automation + {reconciled} reconciliation")
+    print(f"storm guard: {len(r['drained_nodes'])} of switch {r['switch']}'s {r['switch_nodes']} nodes drained "
+          f"({','.join(r['drained_nodes'][:8]) or '-'}); open breakers: "
+          f"{'; '.join(f'{s}: {why}' for s, why in r['breakers']) or 'none'}")
+    return 0 if r["distinct"] == r["sent"] == args.events and r["duplicates"] == 0 else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=50)
+    ap.add_argument("--cluster", choices=["dev", "demo"], default="dev",
+                    help="demo: the burst at size (see above); dev: the outage rounds")
+    ap.add_argument("--nodes", type=int, default=2048, help="--cluster demo: nodes in the demo cluster")
+    ap.add_argument("--over-s", type=float, default=60.0, help="--cluster demo: the burst's length")
+    ap.add_argument("--switch", default="leaf07", help="--cluster demo: the leaf switch that fails")
     ap.add_argument("--outage-s", type=float, default=5.0)
     ap.add_argument("--wait-s", type=float, default=300.0, help="after the burst, how long to wait for incidents")
     ap.add_argument("--quiet-s", type=float, default=60.0, help="stop waiting after this long without a new incident")
     ap.add_argument("--skip-baseline", action="store_true", help="only the round with reconciliation")
     args = ap.parse_args()
+    if args.cluster == "demo":
+        return main_at_size(args)
 
     work = Path(tempfile.mkdtemp(prefix="pitstop-burst-"))
     server = Server(work / "server", free_port())

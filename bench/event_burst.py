@@ -50,6 +50,16 @@ PITSTOP = REPO / ".venv" / "bin" / "pitstop"
 from pitstop.processes import stop_process_group  # noqa: E402  (after the path set-up)
 
 
+
+def wait_until_ready(up: subprocess.Popen, log_path: Path) -> None:
+    """Until `pitstop up` says it is serving (and a moment for its automations to settle)."""
+    deadline = time.monotonic() + 180
+    while b"ready: " not in log_path.read_bytes():
+        if time.monotonic() > deadline or up.poll() is not None:
+            raise SystemExit(f"pitstop up did not start; see {log_path}")
+        time.sleep(0.5)
+    time.sleep(2)
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -140,12 +150,7 @@ def round_(work: Path, server: Server, events: int, outage_s: float, reconcile: 
         up = subprocess.Popen([str(PITSTOP), "up"], env=env, stdout=log, stderr=subprocess.STDOUT,
                               start_new_session=True)
     try:
-        deadline = time.monotonic() + 180
-        while b"ready: " not in log_path.read_bytes():
-            if time.monotonic() > deadline or up.poll() is not None:
-                raise SystemExit(f"pitstop up did not start; see {log_path}")
-            time.sleep(0.5)
-        time.sleep(2)
+        wait_until_ready(up, log_path)
         since = datetime.now(timezone.utc) - timedelta(minutes=1)
         started = time.monotonic()
         first_job = 100_000
@@ -239,12 +244,7 @@ def burst_at_size(work: Path, server: Server, nodes: int, events: int, over_s: f
         epilog(home, api_url, cluster, int(job.job_id), compress(job.nodes))
 
     try:
-        deadline = time.monotonic() + 180
-        while b"ready: " not in log_path.read_bytes():
-            if time.monotonic() > deadline or up.poll() is not None:
-                raise SystemExit(f"pitstop up did not start; see {log_path}")
-            time.sleep(0.5)
-        time.sleep(2)
+        wait_until_ready(up, log_path)
         started = time.monotonic()
         with ThreadPoolExecutor(max_workers=16) as pool:
             list(pool.map(fire, range(events)))

@@ -14,19 +14,7 @@ from sqlmodel import select
 from pitstop.store import SchemaError, Store
 from pitstop.store.tables import Run
 
-# Each child waits for the same wall-clock moment, so they really open the new store together.
-OPENER = """
-import sys, time
-start = float(sys.argv[2])
-from pitstop.store import Store
-from pitstop.store.tables import Run
-while time.time() < start:
-    time.sleep(0.002)
-store = Store(sys.argv[1])
-with store.session() as s:
-    s.add(Run(id="r" + sys.argv[3], command=["x"], cwd="/", host="h", user="u", run_dir="/"))
-    s.commit()
-"""
+from tests.store.test_fresh_store_concurrency import OPENER  # the same opener, on PostgreSQL
 
 
 @pytest.mark.slow

@@ -276,6 +276,27 @@ class NodeCheckSettings(BaseModel):
     expected_gpus: int | None = Field(default=None, ge=0, description="GPU count to expect; None: the node's Slurm GRES")
 
 
+class BurnInSettings(BaseModel):
+    """Burn-in before a node returns to service: the opt-in `nccl` check (pitstop/node/nccl_tests.py)."""
+
+    all_reduce_perf_path: str = Field(default="all_reduce_perf", description="nccl-tests binary")
+    all_reduce_perf_args: list[str] = Field(
+        default_factory=lambda: ["-b", "8", "-e", "8G", "-f", "2", "-g", "8"],
+        description="single-node sweep, 8 B to 8 GiB on 8 GPUs (nccl-tests README)",
+    )
+    timeout_s: float = Field(default=900.0, gt=0, description="a run still going after this is a hung collective: FAIL")
+    node_type: str | None = Field(
+        default=None, description="this node's type (a key of expected_busbw_gbps); None: from its Slurm features"
+    )
+    expected_busbw_gbps: dict[str, float] = Field(
+        default_factory=dict, description='single-node AllReduce bus bandwidth per node type, e.g. {"h100-8": 350}'
+    )
+    expected_pair_busbw_gbps: dict[str, float] = Field(
+        default_factory=dict, description="two-node AllReduce bus bandwidth per node type (the network's figure)"
+    )
+    min_fraction: float = Field(default=0.85, gt=0, le=1, description="FAIL below this share of the expected figure")
+
+
 class MetricsSettings(BaseModel):
     """Prometheus `/metrics` of `pitstop up` and `pitstop metrics` (pitstop/metrics/)."""
 
@@ -397,6 +418,7 @@ class Settings(BaseSettings):
     classifier: ClassifierSettings = Field(default_factory=ClassifierSettings)
     stragglers: StragglerSettings = Field(default_factory=StragglerSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    burn_in: BurnInSettings = Field(default_factory=BurnInSettings)
 
     @model_validator(mode="after")
     def _metrics_port_is_free(self) -> "Settings":

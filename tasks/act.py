@@ -127,12 +127,37 @@ def _diag(ctx: PipelineContext, a: PlannedAction, facts: dict) -> ActResult:
         passed, tool = dcgm_ok and check_ok, "dcgmi+node-check"
         dcgm_text = f"dcgmi diag -r {level} on {a.target}: {'passed' if dcgm_ok else 'FAILED'}"
     summary = f"{dcgm_text}; {check_text}"
+    could_not_run = missing and level > 1 and check_ok
+    if a.diag_checks:
+        burn_ok, burn_unrun, burn_text, burn_failing = _burn_in(ctx, a)
+        passed, summary, failing = passed and burn_ok, f"{summary}; {burn_text}", failing + burn_failing
+        could_not_run = could_not_run or (burn_unrun and check_ok)
     details = {"passed": passed, "summary": summary, "tool": tool, "level": level,
                # no DCGM for a deep level and the quick check found nothing: unproven either way
-               "could_not_run": missing and level > 1 and check_ok,
+               "could_not_run": could_not_run, "burn_in_checks": a.diag_checks,
                "dcgm_output": (result.stdout or "")[-4000:], "failing_checks": failing}
     facts.setdefault("diag", {})[a.target] = details
     return ActResult(ok=True, summary=summary, details=details)
+
+
+def _burn_in(ctx: PipelineContext, a: PlannedAction) -> tuple[bool, bool, str, list[str]]:
+    """The diag's extra checks (e.g. nccl) as `node-check --checks`, with their own, longer time
+    limit. (passed, could not run, text, failing). A burn-in that could not run (no nccl-tests on
+    the node) proves nothing, so the node does not pass: a person decides, as for DCGM level 3."""
+    p = ctx.settings.pipeline
+    names = ",".join(a.diag_checks)
+    timeout_s = max(p.node_check_timeout_s, ctx.settings.burn_in.timeout_s + 60.0)
+    run = ctx.runner.run(a.target, [*p.node_check_argv, "--checks", names], timeout_s)
+    report, why = parse_node_check(run.stdout, run.status, run.error)
+    if report is None:
+        return False, False, f"burn-in ({names}) unavailable: {why}", []
+    failing = [f"{c.name}: {c.summary}" for c in report.checks if c.status is CheckStatus.FAIL]
+    unrun = [f"{c.name}: {c.summary}" for c in report.checks if c.status is CheckStatus.UNAVAILABLE]
+    if failing:
+        return False, False, f"burn-in FAILED ({'; '.join(failing)})", failing
+    if unrun:
+        return False, True, f"burn-in could not run ({'; '.join(unrun)})", []
+    return True, False, f"burn-in passed ({'; '.join(c.summary for c in report.checks)})"[:800], []
 
 
 def _noop(ctx: PipelineContext, a: PlannedAction, facts: dict) -> ActResult:

@@ -56,6 +56,9 @@ _ROWS: tuple[CheckSpec, ...] = (
     # Opt-in: a BMC over KCS can take tens of seconds to list its SEL and SDR.
     CheckSpec("ipmi", "pitstop.node.ipmi:check",
               "BMC: PSU, fan and temperature sensors now, and their SEL events of the last day"),
+    # Burn-in, opt-in only: minutes of all_reduce_perf on every GPU (diag `checks: [nccl]`).
+    CheckSpec("nccl", "pitstop.node.nccl_tests:check",
+              "nccl-tests all_reduce_perf bus bandwidth vs burn_in.expected_busbw_gbps (minutes, all GPUs)"),
 )
 
 CHECKS: dict[str, CheckSpec] = {row.name: row for row in _ROWS}

@@ -60,6 +60,7 @@ class PlannedAction(BaseModel):
     target_type: TargetType
     reason: str | None = Field(default=None, description="drain/reboot reason (ownership prefix)")
     diag_level: int | None = None
+    diag_checks: list[str] = Field(default_factory=list, description="diag: extra node checks, e.g. nccl")
     job_changes: JobChanges | None = None
     after_diag_passes: bool = Field(default=False, description="resume only if the diag passed")
     rung: int | None = Field(default=None, ge=0, description="0-based ladder rung this step is")
@@ -92,6 +93,8 @@ class PlannedAction(BaseModel):
         what = f"{self.kind.value} {self.target}"
         if self.kind is ActionKind.DIAG and self.diag_level:
             what += f" (level {self.diag_level})"
+        if self.kind is ActionKind.DIAG and self.diag_checks:
+            what += f" with {', '.join(self.diag_checks)}"
         if self.after_diag_passes:
             what += " if the diagnostics pass"
         if self.job_changes is not None:
@@ -286,6 +289,7 @@ def make_node_step(t: ActionTemplate, node: str, reason: str, rung: int | None =
         target_type="node",
         reason=reason if kind in {ActionKind.DRAIN, ActionKind.REBOOT, ActionKind.GPU_RESET} else None,
         diag_level=(t.level or 1) if kind is ActionKind.DIAG else None,
+        diag_checks=list(t.checks) if kind is ActionKind.DIAG else [],
         after_diag_passes=t.after_diag_passes if kind is ActionKind.RESUME else False,
     )
 
@@ -358,6 +362,7 @@ def _dedupe(steps: list[PlannedAction]) -> list[PlannedAction]:
             first = seen[key]
             if s.diag_level and (first.diag_level or 0) < s.diag_level:
                 first.diag_level = s.diag_level
+            first.diag_checks = list(dict.fromkeys([*first.diag_checks, *s.diag_checks]))
             first.after_diag_passes = first.after_diag_passes or s.after_diag_passes
             first.rung = first.rung if first.rung is not None else s.rung
             continue

@@ -68,6 +68,28 @@ class ActionTemplate(_Strict):
     max_time_limit_min: int | None = Field(default=None, gt=0)
     env: dict[str, str] = Field(default_factory=dict, description="requeue: e.g. NCCL_* overrides")
     after_diag_passes: bool = Field(default=False, description="resume only if diag passed")
+    checks: list[str] = Field(
+        default_factory=list,
+        description="diag: node checks to run besides the quick one, e.g. [nccl] (burn-in before resume)",
+    )
+
+    @field_validator("checks")
+    @classmethod
+    def _known_checks(cls, v: list[str]) -> list[str]:
+        # the registry is pure data: the names are checked here, the checks run on the node
+        from pitstop.node.registry import CHECKS
+
+        names = [n.strip().lower() for n in v if n.strip()]
+        unknown = [n for n in names if n not in CHECKS]
+        if unknown:
+            raise ValueError(f"unknown node check(s) {', '.join(unknown)}; known checks: {', '.join(CHECKS)}")
+        return list(dict.fromkeys(names))
+
+    @model_validator(mode="after")
+    def _checks_only_for_diag(self) -> "ActionTemplate":
+        if self.checks and self.kind != ActionKind.DIAG:
+            raise ValueError(f"'checks' belongs to a diag step, not to {self.kind}")
+        return self
 
     @field_validator("kind")
     @classmethod

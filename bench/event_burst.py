@@ -210,6 +210,23 @@ def open_breakers(home: Path) -> list[tuple[str, str]]:
         return []
 
 
+def storm_counts(home: Path, cluster: str) -> dict[str, int]:
+    """Fabric incidents opened, approval questions asked, and ops notices sent (the outbox keeps
+    one file per notice and audience)."""
+    counts = {"fabric_incidents": 0, "questions": 0,
+              "ops_notices": len(list((home / "outbox").glob("*-ops.json"))) if (home / "outbox").is_dir() else 0}
+    try:
+        with sqlite3.connect(home / "pitstop.db", timeout=10) as conn:
+            counts["fabric_incidents"] = conn.execute(
+                "SELECT COUNT(*) FROM incidents WHERE cluster = ? AND kind = 'switch'", (cluster,)).fetchone()[0]
+            counts["questions"] = conn.execute(
+                "SELECT COUNT(*) FROM actions a JOIN incidents i ON i.id = a.incident_id WHERE i.cluster = ? "
+                "AND json_extract(a.params, '$.approval') IS NOT NULL", (cluster,)).fetchone()[0]
+    except sqlite3.OperationalError:
+        pass
+    return counts
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, int(round(q / 100 * len(ordered) + 0.5)) - 1))]
@@ -264,7 +281,7 @@ def burst_at_size(work: Path, server: Server, nodes: int, events: int, over_s: f
                 "duplicates": sum(len(v) - 1 for v in found.values()), "lost": len(set(sent) - set(found)),
                 "latencies": latencies, "burst_s": burst_end - started, "switch": switch,
                 "switch_nodes": len(demo.topology()[switch]), "drained_nodes": sorted({a.target for a in drains}),
-                "breakers": open_breakers(home), "log": log_path,
+                "breakers": open_breakers(home), "log": log_path, **storm_counts(home, cluster),
                 "automation_runs": flow_runs(api_url, cluster)}
     finally:
         stop_process_group(up, grace_s=30)
@@ -292,6 +309,8 @@ def main_at_size(args) -> int:
     print(f"storm guard: {len(r['drained_nodes'])} of switch {r['switch']}'s {r['switch_nodes']} nodes drained "
           f"({','.join(r['drained_nodes'][:8]) or '-'}); open breakers: "
           f"{'; '.join(f'{s}: {why}' for s, why in r['breakers']) or 'none'}")
+    print(f"fabric incidents {r['fabric_incidents']}; steps put to a human {r['questions']}; "
+          f"ops notices {r['ops_notices']} (one per job before the storm was seen, one for the storm)")
     return 0 if r["distinct"] == r["sent"] == args.events and r["duplicates"] == 0 else 1
 
 

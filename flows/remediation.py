@@ -72,6 +72,9 @@ def remediate(ctx, incident_id: int, subject: IncidentSubject, verdict: Verdict,
         decision.notes.extend(extra_notes or [])
         journal.save_decision(ctx, incident_id, decision)
 
+    storm = decision.switch_storm
+    joined = storm.fabric_incident_id if storm is not None and not storm.opened_here else None
+
     def summary(lines, question: ApprovalRequest | None = None, ends: list[str] | None = None) -> IncidentSummary:
         asked = {} if question is None else {
             "awaiting_approval": question.title(), "approval_deadline": question.deadline,
@@ -82,7 +85,8 @@ def remediate(ctx, incident_id: int, subject: IncidentSubject, verdict: Verdict,
             incident_id=incident_id, subject_kind=subject.kind, subject=subject.name, cluster=ctx.cluster_name,
             mode=decision.mode, dry_run=decision.dry_run, verdict=verdict, user=subject.user,
             nodes=subject.nodes, actions=lines, explain=decision.explain() + (ends or []), problems=problems,
-            flow_run_url=ctx.flow_run_url, **asked,
+            flow_run_url=ctx.flow_run_url, switch_storm=storm.switch if storm and storm.opened_here else None,
+            **asked,
         )
 
     outcome = carry_out(
@@ -94,7 +98,7 @@ def remediate(ctx, incident_id: int, subject: IncidentSubject, verdict: Verdict,
     )
     ends = [f"{e.node}: {e.detail}" for e in end_states(ctx, incident_id, decision)]
     ends += [f"approval: {a.summary}" for a in outcome.answers]
-    deliveries = notify_incident(ctx, summary(outcome.lines, ends=ends), to_user=subject.tell_user)
+    deliveries = notify_incident(ctx, summary(outcome.lines, ends=ends), to_user=subject.tell_user, ops_told_by=joined)
     journal.finish_notifications(ctx, incident_id, deliveries)
     journal.settle_notify_lines(outcome.lines, deliveries)
     journal.set_status(ctx, incident_id, "done")

@@ -11,7 +11,7 @@ from pitstop.cluster.base import ClusterError, JobRecord, NodeInfo
 from pitstop.models import Verdict
 from pitstop.policy.decide import Decision, PlannedAction, decide
 from pitstop.policy.escalation import NodeEnd, StepOutcome, extend_decision, next_rung_steps, node_end_states
-from pitstop.policy.model import policy_from_settings
+from pitstop.policy.model import ActionKind, policy_from_settings
 from tasks import journal
 from tasks.context import PipelineContext
 
@@ -50,10 +50,14 @@ def decide_remediation(
 ) -> Decision:
     involved = sorted(set((job.nodes if job else []) + ([node] if node else []) + (faulty_nodes or [])))
     everything = cluster_nodes(ctx)
-    history = journal.load_history(ctx, incident_id, verdict, job, involved, everything)
+    policy = policy_from_settings(ctx.settings)
+    history = journal.load_history(ctx, incident_id, verdict, job, involved, everything,
+                                   recent_minutes=policy.switch_storm.window_minutes)
+    if verdict.cause in policy.switch_storm.causes:
+        history.switches = leaves_of(ctx, involved)
     decision = decide(
         verdict,
-        policy=policy_from_settings(ctx.settings),
+        policy=policy,
         history=history,
         mode=journal.mode_state(ctx),
         now=datetime.now(timezone.utc),
@@ -67,8 +71,42 @@ def decide_remediation(
     )
     if not everything:
         decision.notes.append("the scheduler's node list was unreadable: partition limits not checked")
+    if decision.switch_storm is not None and not ctx.dry_run:
+        join_fabric_incident(ctx, incident_id, decision, policy.switch_storm.window_minutes)
     journal.record_decision_effects(ctx, incident_id, decision)
     return decision
+
+
+def leaves_of(ctx: PipelineContext, nodes: list[str]) -> dict[str, list[str]]:
+    """The leaf switches of `nodes` with all their members; {} when the scheduler has no
+    topology (or cannot say): the switch-storm check then stays quiet."""
+    read = getattr(ctx.scheduler, "topology", None)
+    if read is None or not nodes:
+        return {}
+    try:
+        leaves = read()
+    except ClusterError:
+        return {}
+    wanted = set(nodes)
+    return {leaf: members for leaf, members in leaves.items() if wanted & set(members)}
+
+
+def join_fabric_incident(ctx: PipelineContext, incident_id: int, decision: Decision, window_minutes: float) -> None:
+    """This failure joins its switch's fabric incident; only the flow that opened it tells ops
+    (one notice per storm, not one per job)."""
+    storm = decision.switch_storm
+    sid, opened = journal.join_switch_incident(ctx, incident_id, storm, window_minutes)
+    storm.fabric_incident_id, storm.opened_here = sid, opened
+    if opened:
+        decision.notes.append(f"opened fabric incident {sid} for switch {storm.switch}: ops are told once, here")
+        return
+    decision.notes.append(f"joined fabric incident {sid} of switch {storm.switch}: ops were told there")
+    kept = [a for a in decision.actions if a.kind is not ActionKind.NOTIFY_OPS]
+    if not kept:
+        kept = [PlannedAction(seq=0, kind=ActionKind.NONE, target="-", target_type="people")]
+    for i, a in enumerate(kept):
+        a.seq = i
+    decision.actions = kept
 
 
 def journal_outcomes(ctx: PipelineContext, incident_id: int) -> dict[int, StepOutcome]:

@@ -332,12 +332,19 @@ def mode_state(ctx: PipelineContext) -> ModeState:
 
 
 def load_history(ctx: PipelineContext, incident_id: int, verdict: Verdict, job: JobRecord | None,
-                 nodes: list[str], cluster_nodes: list[NodeInfo]) -> History:
+                 nodes: list[str], cluster_nodes: list[NodeInfo], recent_minutes: float = 60.0) -> History:
     return records.load_history(
         ctx.store, cluster=ctx.cluster_name, now=datetime.now(timezone.utc), signature=verdict.signature,
         job_id=job.job_id if job else None, nodes=nodes, cluster_nodes=cluster_nodes,
-        exclude_incident_id=incident_id,
+        exclude_incident_id=incident_id, recent_window=timedelta(minutes=recent_minutes),
     )
+
+
+def join_switch_incident(ctx: PipelineContext, incident_id: int, storm, window_minutes: float) -> tuple[int, bool]:
+    """(the switch's fabric incident, whether this incident opened it); see records."""
+    return records.join_switch_incident(
+        ctx.store, cluster=ctx.cluster_name, switch=storm.switch, members=storm.members, first_at=storm.first_at,
+        window=timedelta(minutes=window_minutes), incident_id=incident_id, now=datetime.now(timezone.utc))
 
 
 # --- health sweeps --------------------------------------------------------------------------

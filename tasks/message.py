@@ -35,6 +35,7 @@ class IncidentSummary(BaseModel):
     approval_url: str | None = Field(default=None, description="the paused run's page (default: flow_run_url)")
     approval_why: list[str] = Field(default_factory=list, description="why the action needs a human")
     approval_markdown: str | None = Field(default=None, description="what the approval form shows")
+    switch_storm: str | None = Field(default=None, description="the leaf switch whose storm this notice opens")
 
 
 _STATE_WORDS = {
@@ -54,6 +55,8 @@ def render(summary: IncidentSummary, max_evidence: int = 12) -> tuple[str, str]:
     cause = f"{verdict.cause.value} ({verdict.signature})" if verdict else "not classified"
     head = "APPROVAL NEEDED: " if summary.awaiting_approval else ""
     subject = f"{head}[pitstop {summary.cluster}] {summary.subject_kind} {summary.subject}: {cause}"
+    if summary.switch_storm:
+        subject += f" - SWITCH STORM on {summary.switch_storm}"
     why_not = "dry run" if summary.dry_run else f"{summary.mode} mode"
     lines = [
         f"{summary.subject_kind.capitalize()} {summary.subject} on cluster {summary.cluster}",

@@ -39,13 +39,19 @@ def _outbox(ctx: PipelineContext, audience: str, summary: IncidentSummary, subje
 
 
 @task(name="notify", cache_policy=NO_CACHE)
-def notify_incident(ctx: PipelineContext, summary: IncidentSummary, to_user: bool = True) -> list[Delivery]:
+def notify_incident(ctx: PipelineContext, summary: IncidentSummary, to_user: bool = True,
+                    ops_told_by: int | None = None) -> list[Delivery]:
+    """`ops_told_by`: the fabric incident that already told ops about this one (a switch storm:
+    one notice for the switch, not one per job)."""
     subject, body = render(summary, ctx.settings.pipeline.max_evidence_lines)
-    targets: list[tuple[str, list[str]]] = [("ops", list(ctx.settings.notify.urls))]
+    targets: list[tuple[str, list[str]]] = [] if ops_told_by is not None else [("ops", list(ctx.settings.notify.urls))]
     template = ctx.settings.pipeline.user_notify_url
     if to_user and summary.user and template:
         targets.append(("user", [template.replace("{user}", summary.user)]))
     deliveries: list[Delivery] = []
+    if ops_told_by is not None:
+        deliveries.append(Delivery(audience="ops", status="skipped",
+                                   summary=f"ops were told with fabric incident {ops_told_by}"))
     for audience, urls in targets:
         outbox_file = _outbox(ctx, audience, summary, subject, body)
         if urls:

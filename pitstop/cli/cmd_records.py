@@ -141,11 +141,13 @@ def incidents_cmd(
     for col in ("id", "when", "subject", "cause", "signature", "status", "actions"):
         table.add_column(col)
     for inc in rows:
-        subject = f"job {inc.job_id}" if inc.kind == "job" else f"node {inc.node}"
+        subject = f"job {inc.job_id}" if inc.kind == "job" else f"{inc.kind} {inc.node}"
         if inc.kind == "job" and inc.nodes:
             subject += f" on {','.join(inc.nodes[:3])}" + ("..." if len(inc.nodes) > 3 else "")
         acts = records.journal(store, inc.id)
         summary = ", ".join(f"{a.kind} {a.target}: {a.state}" for a in acts) or "-"
+        if inc.kind == "switch":  # its members are the job incidents that name it
+            summary = f"fabric incident of the leaf switch ({len(inc.nodes)} nodes); no action of its own"
         status = inc.status
         if any(_question(a).get("delivered") is False for a in acts if a.state == "awaiting_approval"):
             status += " [red](question NOT delivered)[/]"

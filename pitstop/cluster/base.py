@@ -387,6 +387,9 @@ class Scheduler(Protocol):
     def find_resubmission(self, job_id: str, incident_id: int | None = None) -> str | None:
         """The id of a job Pitstop submitted to replace `job_id` (for this incident), if any."""
         ...
+    def topology(self) -> dict[str, list[str]]:
+        """Leaf switch -> the nodes cabled to it; {} when the scheduler knows no topology."""
+        ...
 
 
 class HostStatus(StrEnum):

@@ -36,6 +36,7 @@ from pitstop.cluster.slurm_parse import (
     parse_scontrol_jobs,
     parse_scontrol_nodes,
     parse_scontrol_records,
+    parse_scontrol_topology,
     parse_sinfo_json,
     parse_squeue_json,
 )
@@ -112,6 +113,10 @@ class SlurmScheduler:
         # squeue --json ignores --user/-j filters on 22.05, so filter here
         jobs = parse_squeue_json(self._run("squeue", ["--json"]))
         return [j for j in jobs if user is None or j.user == user]
+
+    def topology(self) -> dict[str, list[str]]:
+        """Leaf switch -> its nodes, from the topology/tree plugin; {} where none is configured."""
+        return parse_scontrol_topology(self._run("scontrol", ["show", "topology"]))
 
     def batch_script(self, job_id: str) -> str:
         """The job's batch script as slurmctld stored it (while the job is still known)."""

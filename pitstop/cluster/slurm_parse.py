@@ -453,3 +453,29 @@ def parse_sacct(text: str | bytes, fields: tuple[str, ...] = SACCT_FIELDS) -> li
             )
         )
     return jobs
+
+
+# ------------------------------------------------------------------------------- topology
+
+
+def parse_scontrol_topology(text: str | bytes) -> dict[str, list[str]]:
+    """`scontrol show topology` (topology/tree plugin) -> leaf switch -> its nodes.
+
+    Lines are `SwitchName=s0 Level=0 LinkSpeed=1 Nodes=gpu[01-32]` (https://slurm.schedmd.com/
+    topology.conf.html): level 0 switches are the leaves the nodes are cabled to; upper levels
+    list `Switches=` (and, in newer releases, every node below them too), so only level 0 is kept.
+    No topology plugin prints nothing on stdout: an empty map, not an error."""
+    leaves: dict[str, list[str]] = {}
+    for record in parse_scontrol_records(text):
+        name = record.get("SwitchName")
+        if not name:
+            raise SlurmParseError(f"scontrol topology record without SwitchName: {sorted(record)[:8]}")
+        level = record.get("Level")
+        is_leaf = level == "0" if level is not None else "Switches" not in record
+        if not is_leaf or not record.get("Nodes"):
+            continue
+        try:
+            leaves[name] = expand(record["Nodes"])
+        except HostlistError as exc:
+            raise SlurmParseError(f"switch {name}: cannot read its node list {record['Nodes']!r}: {exc}") from exc
+    return leaves

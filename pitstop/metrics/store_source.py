@@ -30,7 +30,7 @@ PENDING_SIGNATURE = "pending"
 ACTED = (ActionState.DONE.value, ActionState.FAILED.value, ActionState.WOULD_DO.value)
 
 UNKNOWN = "unknown"  # label value for a NULL column (Prometheus has no null)
-INCIDENT_KINDS = ("job", "node")  # Incident.kind
+INCIDENT_KINDS = ("job", "node", "switch")  # Incident.kind
 
 # Counters and histograms are exported at 0 before their first event: Prometheus' increase() and
 # rate() cannot see the step of a series that is born at 1 (Prometheus docs, "Counters" in

@@ -48,6 +48,7 @@ from pitstop.policy.safety import (
     partition_scope,
     CLUSTER_SCOPE,
 )
+from pitstop.policy.switch_storm import SwitchStorm, find_switch_storm
 
 Disposition = Literal["run", "ask", "would_do", "blocked"]
 TargetType = Literal["node", "job", "people"]
@@ -143,6 +144,7 @@ class Decision(BaseModel):
     lemon: dict[str, list[str]] = Field(default_factory=dict, description="node -> why a lemon")
     foreign_drains: dict[str, str] = Field(default_factory=dict, description="node -> reason")
     breaker_trips: list[BreakerTrip] = Field(default_factory=list)
+    switch_storm: SwitchStorm | None = Field(default=None, description="this failure is one of a leaf switch's")
     notes: list[str] = Field(default_factory=list)
     decided_at: datetime
 
@@ -232,13 +234,22 @@ def decide(
         node=node,
         decided_at=now,
     )
+    involved = sorted({*(job.nodes if job else []), *([node] if node else []), *(faulty_nodes or [])})
+    storm = find_switch_storm(policy.switch_storm, history.switches, history.cluster_recent, verdict.cause,
+                              involved, job.job_id if job else None, now)
+    if storm is not None:
+        # one fabric incident owns the switch: no node of it is drained, reset or ticketed here
+        decision.switch_storm = storm
+        decision.notes += [storm.summary(), storm.drain_hint()]
+        faulty_nodes = []
+        suspect_nodes = list(dict.fromkeys([*(suspect_nodes or []), *storm.members]))
     blamed = _faulty(verdict, job, node, faulty_nodes)
     needs_node = any(t.kind == ESCALATE or t.kind in NODE_TARGETED for t in templates)
-    if needs_node and not blamed and suspect_nodes:
+    if storm is None and needs_node and not blamed and suspect_nodes:
         decision.notes.append(
             "no node has hardware evidence: the requeue excludes the suspects, nothing is drained"
         )
-    elif needs_node and not blamed:
+    elif storm is None and needs_node and not blamed:
         decision.notes.append(
             "could not tell which node is at fault: no node action taken (ops should look)"
         )

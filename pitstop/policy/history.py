@@ -74,6 +74,10 @@ class History(BaseModel):
     open_breakers: dict[str, str] = Field(
         default_factory=dict, description="scope -> reason, e.g. {'partition:gpu': '...'}"
     )
+    switches: dict[str, list[str]] = Field(
+        default_factory=dict, description="leaf switch -> its nodes, for the leaves of the nodes involved")
+    cluster_recent: list[PastIncident] = Field(
+        default_factory=list, description="every incident of the cluster in the switch-storm window, this one excluded")
     breaker_resets: dict[str, datetime] = Field(
         default_factory=dict,
         description="scope -> when a human last closed its breaker; the storm guard of that scope "

@@ -211,6 +211,20 @@ class StormGuard(_Strict):
     )
 
 
+class SwitchStormRule(_Strict):
+    """Jobs failing together on the nodes of one leaf switch: the switch, not the nodes.
+
+    Llama 3's 54 days (Table 5) had 35 network switch/cable interruptions: a failed leaf ends every
+    job cabled to it within minutes, and each job's log blames its own NIC. Draining node by node
+    would take the leaf out one breaker trip at a time and ask a human per job; from
+    `min_incidents` distinct jobs of these causes on one leaf in the window, they join one fabric
+    incident: no node is drained, requeues keep off the leaf, ops are told once."""
+
+    min_incidents: int = Field(default=3, ge=2, description="distinct failed jobs on one leaf, this one included")
+    window_minutes: float = Field(default=30.0, gt=0)
+    causes: set[Cause] = Field(default_factory=lambda: {Cause.NETWORK_FABRIC, Cause.NCCL_TIMEOUT})
+
+
 class LemonThresholds(_Strict):
     """Meta's lemon-node signals over a window; any one reached flags the node."""
 
@@ -234,6 +248,7 @@ class Policy(_Strict):
     max_same_failures: int = Field(default=2, ge=0, description="default requeue limit")
     blast_radius: BlastRadius = Field(default_factory=BlastRadius)
     storm_guard: StormGuard = Field(default_factory=StormGuard)
+    switch_storm: SwitchStormRule = Field(default_factory=SwitchStormRule)
     ladders: dict[str, Ladder] = Field(default_factory=dict)
     faults: list[FaultClass] = Field(default_factory=list)
     xid_buckets: dict[str, XidBucketPlan] = Field(

@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, Field
-from sqlalchemy import func, update
+from sqlalchemy import delete, func, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
@@ -146,6 +146,61 @@ def create_node_incident(
         **_verdict_fields(verdict),
     )
     return _create_incident(store, row)
+
+
+def join_switch_incident(
+    store: Store,
+    *,
+    cluster: str,
+    switch: str,
+    members: list[str],
+    first_at: datetime,
+    window: timedelta,
+    incident_id: int,
+    now: datetime,
+) -> tuple[int, bool]:
+    """The leaf switch's fabric incident: the one still in its storm (a member joined within
+    `window`), else a new one. Returns (its id, whether this call opened it).
+
+    Concurrent flows of one burst may each open one; the lowest id is the switch's incident and
+    the others merge into it (an insert is committed before the look-up that decides), so exactly
+    one flow tells ops. Its status is `done` from the start: Pitstop's part (one notice, jobs kept
+    off the switch) is done when the opener's flow sends it; the repair is the network team's."""
+
+    def live(s) -> Incident | None:
+        return s.exec(select(Incident).where(
+            Incident.cluster == cluster, Incident.kind == "switch", Incident.node == switch,
+            Incident.updated_at >= _utc(now - window), col(Incident.decision).is_not(None))
+            .order_by(col(Incident.id)).limit(1)).first()
+
+    with store.session() as s:
+        found = live(s)
+        if found is None:
+            row = Incident(
+                idem_key=f"switch:{cluster}:{switch}:{_utc(first_at).isoformat(timespec='seconds')}",
+                cluster=cluster, kind="switch", node=switch, nodes=list(members), cause=Cause.NETWORK_FABRIC.value,
+                signature="switch-storm", confidence=1.0, status="done",
+                decision={"switch": switch, "opened_by_incident": incident_id, "first_at": _utc(first_at).isoformat()},
+                created_at=_utc(now), updated_at=_utc(now),
+            )
+            s.add(row)
+            mine = None
+            try:
+                s.commit()
+                mine = row.id
+            except IntegrityError:  # the same storm's key, inserted by another flow just now
+                s.rollback()
+            found = live(s)
+            if found is None:
+                raise RuntimeError(f"the fabric incident of switch {switch} vanished while it was opened")
+            opened = mine is not None and found.id == mine
+            if mine is not None and not opened:  # another flow's is older: ours was never seen
+                s.exec(delete(Incident).where(Incident.id == mine))
+        else:
+            opened = False
+        s.exec(update(Incident).where(Incident.id == found.id).values(updated_at=_utc(now)))
+        s.commit()
+        return found.id, opened
 
 
 def open_node_incident_since(store: Store, *, cluster: str, node: str, since: datetime) -> Incident | None:
@@ -700,6 +755,7 @@ def load_history(
     exclude_incident_id: int | None = None,
     lookback: timedelta = timedelta(days=28),
     drain_window: timedelta = timedelta(hours=24),
+    recent_window: timedelta = timedelta(hours=1),
 ):
     """Build a `pitstop.policy.History` for one decision.
 
@@ -736,11 +792,7 @@ def load_history(
     for n in nodes:
         mine = [i for i in recent if n in _blamed(i) and i.id != exclude_incident_id]
         for i in mine:
-            try:
-                cause = Cause(i.cause)
-            except ValueError:
-                cause = Cause.UNKNOWN
-            node_incidents[n].append(PastIncident(id=i.id, at=i.created_at, cause=cause, signature=i.signature,
+            node_incidents[n].append(PastIncident(id=i.id, at=i.created_at, cause=_cause(i.cause), signature=i.signature,
                                                   job_id=i.job_id, nodes=list(i.nodes or [])))
         signals[n] = LemonSignals(
             distinct_failed_jobs=len({i.job_id for i in mine if i.job_id}),
@@ -748,6 +800,10 @@ def load_history(
             tickets=sum(1 for t in tickets if t.node == n),
             node_faults=len(mine),
         )
+    cluster_recent = [PastIncident(id=i.id, at=i.created_at, cause=_cause(i.cause), signature=i.signature,
+                                   job_id=i.job_id, nodes=list(i.nodes or []))
+                      for i in recent if i.id != exclude_incident_id and i.kind in {"job", "node"}
+                      and _utc(i.created_at) >= _utc(now - recent_window)]
     scopes = breakers(store)
     drain_rows: list[DrainRecord] = []
     for d in drains:
@@ -770,4 +826,12 @@ def load_history(
         cluster_healthy=sum(1 for i in infos if not (i.is_drained or i.is_down)) if infos else None,
         open_breakers={b.scope: b.reason or "" for b in scopes if b.is_open},
         breaker_resets={b.scope: b.reset_at for b in scopes if not b.is_open and b.reset_at is not None},
+        cluster_recent=cluster_recent,
     )
+
+
+def _cause(value: str) -> Cause:
+    try:
+        return Cause(value)
+    except ValueError:
+        return Cause.UNKNOWN

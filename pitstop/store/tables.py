@@ -61,7 +61,7 @@ class Incident(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     idem_key: str = Field(unique=True, description="job:<cluster>:<job>:<end> or node:<cluster>:<node>:<alarm>")
     cluster: str = Field(index=True)
-    kind: str = Field(description="job | node")
+    kind: str = Field(description="job | node | switch (a leaf switch's fabric incident)")
     job_id: str | None = Field(default=None, index=True)
     node: str | None = Field(default=None, index=True)
     nodes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))

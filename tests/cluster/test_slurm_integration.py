@@ -190,3 +190,11 @@ def test_unreachable_tools_give_clear_errors(slurm_cluster, tmp_path) -> None:
     with pytest.raises(ClusterError, match="sinfo"):
         dead.nodes()
     assert time.monotonic() - started < 10
+
+
+def test_topology_names_each_nodes_leaf_switch(slurm_cluster, sched) -> None:
+    """The dev cluster's topology.conf (scripts/dev-cluster: two leaves under a spine), read back
+    through slurmctld's `scontrol show topology`, as the switch-storm check reads it."""
+    leaves = sched.topology()
+    assert sorted(leaves) == ["leaf1", "leaf2"]
+    assert sorted(n for members in leaves.values() for n in members) == sorted(slurm_cluster.nodes)

@@ -288,3 +288,24 @@ def test_resubmit_argv_carries_env_and_the_tag() -> None:
                                comment="pitstop incident=3 resubmit-of=1")
     assert "--export=ALL,NCCL_DEBUG=INFO,A=x=y z" in argv
     assert "--comment=pitstop incident=3 resubmit-of=1" in argv
+
+
+# `scontrol show topology` of the dev cluster (Slurm 22.05, topology/tree), recorded: the spine
+# lists every node below it too, so only level 0 names the leaf a node is cabled to.
+SCONTROL_TOPOLOGY = """\
+SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=gpu[01-02]
+SwitchName=leaf2 Level=0 LinkSpeed=1 Nodes=gpu[03-04]
+SwitchName=spine Level=1 LinkSpeed=1 Nodes=gpu[01-04] Switches=leaf1,leaf2
+"""
+
+
+def test_scontrol_topology_keeps_the_leaves() -> None:
+    from pitstop.cluster.slurm_parse import parse_scontrol_topology
+
+    assert parse_scontrol_topology(SCONTROL_TOPOLOGY) == {"leaf1": ["gpu01", "gpu02"], "leaf2": ["gpu03", "gpu04"]}
+    assert parse_scontrol_topology("") == {}  # topology/none prints nothing on stdout
+    # without Level (older output): a switch of switches is not a leaf
+    assert parse_scontrol_topology("SwitchName=s0 Nodes=n[1-2]\nSwitchName=top Switches=s0 Nodes=n[1-2]\n") == {
+        "s0": ["n1", "n2"]}
+    with pytest.raises(ClusterError, match="switch s9: cannot read its node list"):
+        parse_scontrol_topology("SwitchName=s9 Level=0 Nodes=n[1-\n")

@@ -176,6 +176,10 @@ def _question(act) -> dict:
 def _explain(decision: dict | None) -> list[str]:
     if not decision:
         return ["(no decision recorded)"]
+    if "switch" in decision and "cause" not in decision:  # a leaf switch's fabric incident
+        return [f"fabric incident of switch {decision['switch']}: opened by incident "
+                f"{decision.get('opened_by_incident')} (first failure on the leaf {decision.get('first_at')}); "
+                "the job incidents that joined it name it in their decision"]
     try:
         from pitstop.policy.decide import Decision
 

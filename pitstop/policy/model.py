@@ -369,7 +369,26 @@ def _one(source: str, line: int | None, problem: str, message: str) -> PolicyErr
 _NOT_A_MAPPING = {type(None): "an empty document", list: "a list", str: "a plain string"}
 
 
+# Parsed policies by (source, text): a flow reads the policy several times (decide, escalate,
+# end states) and a burst runs hundreds of flows; one parse is ~50 ms of YAML and validation. The
+# file is still read every time, so an edit takes effect at once; callers get their own copy.
+_PARSED: dict[tuple[str, bytes], Policy] = {}
+_PARSED_MAX = 16
+
+
 def parse_policy(text: str | bytes, source: str = "<text>") -> Policy:
+    """Parse YAML text into a Policy (see `_parse_policy`), once per distinct text."""
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+    known = _PARSED.get((source, raw))
+    if known is None:
+        known = _parse_policy(text, source)
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[(source, raw)] = known
+    return known.model_copy(deep=True)
+
+
+def _parse_policy(text: str | bytes, source: str = "<text>") -> Policy:
     """Parse YAML text into a Policy; every problem is a PolicyError naming `source`, with the
     line and field of each (all validation errors at once)."""
     if isinstance(text, bytes):

@@ -91,8 +91,8 @@ def _rounds(tmp_path, keep) -> Path:
 
 
 def test_second_corpus_of_real_excerpts_from_other_threads(tmp_path) -> None:
-    """455 excerpts from threads outside the dev set (see harvest-README.md), rounds A-K."""
-    assert evaluate_corpus(HARVEST).total == 455
+    """456 excerpts from threads outside the dev set (see harvest-README.md), rounds A-K."""
+    assert evaluate_corpus(HARVEST).total == 456
     # Rounds A-H (308 rows): floors just under today's figures (accuracy 0.860; 0.984 unambiguous).
     report = evaluate_corpus(_rounds(tmp_path, lambda r: r not in {"I", "J", "K"}))
     assert report.total == 308
@@ -118,10 +118,10 @@ def test_round_j_after_its_families_were_generalised(tmp_path) -> None:
 
 
 def test_round_k_never_falls_below_its_first_score(tmp_path) -> None:
-    """Round K (62 rows, 24 ambiguous; 2026-12-04): scored before any rule was changed for it,
-    first score 0.548 (0.684 unambiguous), macro-F1 0.613. Nothing was fitted to it yet: the floor
+    """Round K (63 rows, 25 ambiguous; 2026-12-04): scored before any rule was changed for it,
+    first score 0.540 (0.684 unambiguous), macro-F1 0.601. Nothing was fitted to it yet: the floor
     is that first score, so a rule change elsewhere may not lose what it got right."""
     report = evaluate_corpus(_rounds(tmp_path, lambda r: r == "K"))
-    assert report.total == 62
-    assert report.accuracy >= 0.548 - 1e-9, report.mistakes
+    assert report.total == 63
+    assert report.accuracy >= 0.540 - 1e-3, report.mistakes
     assert report.unambiguous is not None and report.unambiguous.accuracy >= 0.684 - 1e-3, report.mistakes

@@ -285,6 +285,14 @@ RULES: tuple[Rule, ...] = (
        "a required program is not on PATH in the job environment"),
     _r("orte-launch-failed", EN, 66, r"ORTE was unable to reliably start one or more daemons",
        "mpirun could not start its daemons: check PATH/LD_LIBRARY_PATH and ssh on all nodes"),
+    # Families from round K (scored first, then generalised): the job's container, loader or MPI
+    # set-up failing before any training code ran.
+    _r("container-runtime-failed", EN, 72, r"pyxis: (failed to|couldn't) (import|create|start)|\benroot(-[a-z]+)?: (error|\[ERROR\])|FATAL: +(container creation failed|while (extracting|making|creating)[^\n]{0,40}image|could not open image)|nvidia-container-cli: (initialization|mount|ldcache|detection) error|OCI runtime (create|exec) failed|failed to create (shim )?task",
+       "the job's container could not be set up (pyxis/enroot, Apptainer, nvidia-container-toolkit): fix the runtime's configuration or the image"),
+    _r("cuda-library-not-found", EN, 71, r"lib(cudart|cuda|nccl|cudnn|cublas)[a-z0-9_]*\.so[^\n]{0,40}\bnot found|did not contain \[?'lib[a-z0-9_]+\.so|(could not|unable to|failed to) (find|locate|load) (the )?(lib)?(cuda|cudart|nccl|cudnn|cublas)( runtime| library| libraries|\.so)",
+       "a CUDA library is not found where the job looks: fix LD_LIBRARY_PATH or the package's CUDA set-up"),
+    _r("mpi-init-failed", EN, 66, r"error occurred in MPI_Init|before MPI_INIT completed|MPI_Init(_thread)? (failed|returned)|PMIx?_Init failed|PMI2_Init failed",
+       "MPI could not initialise: the MPI library, its launcher (PMI/PMIx) and the job's mpi4py/build disagree"),
     # --- Numerical -------------------------------------------------------------------------------
     _r("loss-nan", NU, 70, r"(loss|grad[ _]?norm|gnorm)[a-z_'\" ]{0,24}(is|=|:|became)? ?[-+]?(nan|inf)\b|loss became (infinite|nan)|nan loss|non-finite loss",
        "the loss diverged (NaN/Inf): lower LR, check data, use bf16/loss scaling; do not requeue as-is"),

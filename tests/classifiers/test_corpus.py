@@ -117,11 +117,11 @@ def test_round_j_after_its_families_were_generalised(tmp_path) -> None:
     assert report.unambiguous is not None and report.unambiguous.accuracy >= 0.96, report.mistakes
 
 
-def test_round_k_never_falls_below_its_first_score(tmp_path) -> None:
+def test_round_k_after_its_first_families(tmp_path) -> None:
     """Round K (63 rows, 25 ambiguous; 2026-12-04): scored before any rule was changed for it,
-    first score 0.540 (0.684 unambiguous), macro-F1 0.601. Nothing was fitted to it yet: the floor
-    is that first score, so a rule change elsewhere may not lose what it got right."""
+    first score 0.540 (0.684 unambiguous), macro-F1 0.601; 0.587 (0.763) after three family rows
+    (container runtime, CUDA library not found, MPI_Init). Floors at today's figures."""
     report = evaluate_corpus(_rounds(tmp_path, lambda r: r == "K"))
     assert report.total == 63
-    assert report.accuracy >= 0.540 - 1e-3, report.mistakes
-    assert report.unambiguous is not None and report.unambiguous.accuracy >= 0.684 - 1e-3, report.mistakes
+    assert report.accuracy >= 0.587 - 1e-3, report.mistakes
+    assert report.unambiguous is not None and report.unambiguous.accuracy >= 0.763 - 1e-3, report.mistakes

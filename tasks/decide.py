@@ -129,7 +129,7 @@ def escalate_remediation(ctx: PipelineContext, incident_id: int, decision: Decis
     added = extend_decision(decision, steps, policy=policy, history=history, mode=journal.mode_state(ctx),
                             now=datetime.now(timezone.utc), job=job, nodes=node_view(everything, ctx, nodes),
                             dry_run=ctx.dry_run)
-    rule = policy.rule_for(decision.cause, decision.signature)
+    rule = policy.rule_for(decision.cause, decision.signature, decision.job_ran_minutes)
     for step in added:
         if step.rung is not None and rule is not None and rule.ladder and not ctx.dry_run:
             journal.record_rung(ctx, step.target, rule.ladder, step.rung, incident_id)  # `pitstop nodes`

@@ -145,6 +145,7 @@ class Decision(BaseModel):
     foreign_drains: dict[str, str] = Field(default_factory=dict, description="node -> reason")
     breaker_trips: list[BreakerTrip] = Field(default_factory=list)
     switch_storm: SwitchStorm | None = Field(default=None, description="this failure is one of a leaf switch's")
+    job_ran_minutes: float | None = Field(default=None, description="the job's run before it failed, if known")
     notes: list[str] = Field(default_factory=list)
     decided_at: datetime
 
@@ -182,6 +183,18 @@ class Decision(BaseModel):
 _NODE_CAUSES = frozenset({Cause.GPU_HARDWARE, Cause.GPU_MEMORY, Cause.NETWORK_FABRIC, Cause.NODE_FAILURE})
 
 
+def job_run_minutes(job: JobRecord | None, now: datetime) -> float | None:
+    """How long the job's last run lasted (Slurm's start time is the latest run's), if known."""
+    if job is None or job.start_time is None:
+        return None
+    end = job.end_time or now
+    if end.tzinfo is None or job.start_time.tzinfo is None:
+        end, start = end.replace(tzinfo=None), job.start_time.replace(tzinfo=None)
+    else:
+        start = job.start_time
+    return max(0.0, (end - start).total_seconds() / 60)
+
+
 def _faulty(verdict: Verdict, job: JobRecord | None, node: str | None, faulty: list[str] | None) -> list[str]:
     if faulty is not None:
         return list(dict.fromkeys(faulty))
@@ -217,7 +230,8 @@ def decide(
     node action is taken on them.
     """
     nodes = nodes or {}
-    rule = policy.rule_for(verdict.cause, verdict.signature)
+    ran = job_run_minutes(job, now)
+    rule = policy.rule_for(verdict.cause, verdict.signature, ran)
     templates = rule.actions if rule else policy.fallback
     decision = Decision(
         incident_id=incident_id,
@@ -232,6 +246,7 @@ def decide(
         dry_run=dry_run,
         job_id=job.job_id if job else None,
         node=node,
+        job_ran_minutes=ran,
         decided_at=now,
     )
     involved = sorted({*(job.nodes if job else []), *([node] if node else []), *(faulty_nodes or [])})
@@ -495,7 +510,7 @@ def apply_guards(
             allowed, why = mode.allows([s.target], parts)
         elif s.kind is ActionKind.REQUEUE and job is not None:
             limit = policy.max_same_failures
-            rule = policy.rule_for(decision.cause, decision.signature)
+            rule = policy.rule_for(decision.cause, decision.signature, decision.job_ran_minutes)
             if rule is not None and rule.max_same_failures is not None:
                 limit = rule.max_same_failures
             if history.job_same_failures >= limit:

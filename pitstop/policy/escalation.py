@@ -104,7 +104,7 @@ def next_rung_steps(decision: Decision, policy: Policy, outcomes: dict[int, Step
     Idempotent: it looks only at the highest rung already planned, so asking again after those
     steps were added (or after a crash) adds nothing until they have run and failed too.
     """
-    rule = policy.rule_for(decision.cause, decision.signature)
+    rule = policy.rule_for(decision.cause, decision.signature, decision.job_ran_minutes)
     if rule is None or rule.ladder is None or rule.ladder not in policy.ladders:
         return []
     rungs = policy.ladders[rule.ladder].rungs

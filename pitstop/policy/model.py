@@ -128,17 +128,34 @@ class Rule(_Strict):
     max_same_failures: int | None = Field(
         default=None, ge=0, description="requeue at most this many times for the same failure"
     )
+    ran_at_least_minutes: float | None = Field(
+        default=None, gt=0,
+        description="only for a job that ran this long before it failed (unknown run time: no match)",
+    )
     actions: list[ActionTemplate] = Field(min_length=1)
     bucket: str | None = Field(default=None, description="set on rules made from `xid_buckets`")
 
-    def matches(self, cause: Cause, signature: str) -> bool:
+    @model_validator(mode="after")
+    def _run_time_rules_have_no_ladder(self) -> Rule:
+        # The ladder counts a node's past incidents by their rule, and a past incident keeps no
+        # run time: a ladder here would be climbed by some of its incidents and not others.
+        if self.ran_at_least_minutes is not None and self.ladder is not None:
+            raise ValueError(f"rule {self.cause.value}: a rule narrowed by ran_at_least_minutes "
+                             "cannot use a ladder; put the ladder on the rule without it")
+        return self
+
+    def matches(self, cause: Cause, signature: str, ran_minutes: float | None = None) -> bool:
         if cause is not self.cause:
+            return False
+        if self.ran_at_least_minutes is not None and (ran_minutes is None or ran_minutes < self.ran_at_least_minutes):
             return False
         return self.signature is None or fnmatch.fnmatchcase(signature, self.signature)
 
     @property
     def rule_id(self) -> str:
         base = f"{self.cause.value}:{self.signature or '*'}"
+        if self.ran_at_least_minutes is not None:
+            base += f" (ran >= {self.ran_at_least_minutes:g} min)"
         return f"{base} (NVIDIA {self.bucket})" if self.bucket else base
 
 
@@ -296,10 +313,12 @@ class Policy(_Strict):
             return None
         return info.immediate, self.xid_buckets[info.immediate]
 
-    def rule_for(self, cause: Cause, signature: str) -> Rule | None:
+    def rule_for(self, cause: Cause, signature: str, ran_minutes: float | None = None) -> Rule | None:
         """A rule naming the signature (first in file order), else the Xid's NVIDIA bucket plan,
-        else the cause's catch-all rule: a specific rule always beats a catch-all."""
-        specific = next((r for r in self.rules if r.signature is not None and r.matches(cause, signature)), None)
+        else the cause's catch-all rule: a specific rule always beats a catch-all. Rules narrowed
+        by `ran_at_least_minutes` match only a job known to have run that long (`ran_minutes`)."""
+        specific = next((r for r in self.rules
+                         if r.signature is not None and r.matches(cause, signature, ran_minutes)), None)
         if specific is not None:
             return specific
         bucket = self.bucket_for(signature)
@@ -308,7 +327,7 @@ class Policy(_Strict):
             return Rule(cause=cause, signature=signature, description=plan.description or f"NVIDIA {name}",
                         ladder=plan.ladder, max_same_failures=plan.max_same_failures,
                         actions=plan.actions, bucket=name)
-        return next((r for r in self.rules if r.matches(cause, signature)), None)
+        return next((r for r in self.rules if r.matches(cause, signature, ran_minutes)), None)
 
     def fault_for(self, signature: str) -> FaultClass | None:
         """A `faults` row matching the signature, else the Xid bucket's behaviour."""

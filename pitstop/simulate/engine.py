@@ -76,6 +76,7 @@ class Simulation:
         self.run_id = 0
         self.request_token = 0
         self.train_start = 0.0
+        self.run_started = 0.0  # when the current run was started (Slurm's StartTime)
         self.job_serial = 1
         self.link_due = False
         self.excluded: list[str] = []
@@ -193,7 +194,7 @@ class Simulation:
             self.pool.take_out(node, t, "down", Owner.FOREIGN)
             triage = humans.draw(self.rng, self.p.humans, self.p.humans.node_triage, t)
             self._schedule_back(node, t + triage + fix_minutes(self.p, self.pool.need(node), category), True)
-        h = self.operator.handle(t, category, node, self.job_id, list(self.excluded))
+        h = self.operator.handle(t, category, node, self.job_id, list(self.excluded), self.run_started)
         self.decisions += h.decisions
         self.human_restarts += h.human_restart
         self.approvals += h.approvals
@@ -235,6 +236,7 @@ class Simulation:
             return
         self._lose("waiting_for_nodes", t - self.phase_since)
         self.phase, self.phase_since = "starting", t
+        self.run_started = t
         self._push(t + self.p.run.restart_minutes, TRAIN, self.run_id)
         for node in self.pool.bad_in_job():
             self._push(t + self.rng.expovariate(1.0 / self.p.run.recurrence_minutes), RECUR, node, self.run_id)

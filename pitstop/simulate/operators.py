@@ -93,7 +93,8 @@ class HumanOperator:
         self.world = world
         self.categories = categories
 
-    def handle(self, t: float, category: Category, node: str, job_id: str, excluded: list[str]) -> Handling:
+    def handle(self, t: float, category: Category, node: str, job_id: str, excluded: list[str],
+               started: float) -> Handling:
         w, h = self.world, self.world.params.humans
         delay = humans.draw(w.rng, h, h.notice_unaided, t) + h.diagnose_unaided_minutes + h.restart_minutes
         restart = t + delay
@@ -117,7 +118,8 @@ class PitstopOperator:
         self.memory = Memory(len(world.pool.names))
 
     # --- one interruption ---------------------------------------------------------------------
-    def handle(self, t: float, category: Category, node: str, job_id: str, excluded: list[str]) -> Handling:
+    def handle(self, t: float, category: Category, node: str, job_id: str, excluded: list[str],
+               started: float) -> Handling:
         w, p = self.world, self.world.params
         verdict = self.verdicts[category.name]
         faulty = [node] if category.blame is Blame.HARDWARE else []
@@ -127,7 +129,8 @@ class PitstopOperator:
         history = self.memory.history(now, job_id, verdict.signature, named, w.pool.healthy)
         incident = self.memory.record_incident(now, verdict.cause, verdict.signature, job_id, named)
         job = JobRecord(job_id=job_id, user="trainer", partition="gpu", state=category.evidence.job_state,
-                        nodes=[node], time_limit_min=int(p.run.job_time_limit_hours * 60), excluded_nodes=excluded)
+                        nodes=[node], time_limit_min=int(p.run.job_time_limit_hours * 60), excluded_nodes=excluded,
+                        start_time=at(started), end_time=now)
         decision = decide(verdict, policy=self.policy, history=history, mode=self.mode, now=now,
                           incident_id=incident, job=job, nodes={n: w.pool.info(n) for n in named},
                           faulty_nodes=faulty, suspect_nodes=suspects)

@@ -17,7 +17,8 @@ from pitstop.simulate.strategies import strategies
 FAULT_AT = 100.0  # minutes: the job is training by then (6 min restart)
 
 
-def _one_fault(params: SimParams, classify, category: str, need: Need, *, diag_miss: float) -> Simulation:
+def _one_fault(params: SimParams, classify, category: str, need: Need, *, diag_miss: float,
+               fault_at: float = FAULT_AT) -> Simulation:
     """A one-day act-mode run with a single fault of `category` on the job's first node."""
     short = params.model_copy(update={
         "cluster": params.cluster.model_copy(update={"days": 1}),
@@ -25,7 +26,7 @@ def _one_fault(params: SimParams, classify, category: str, need: Need, *, diag_m
     })
     index = next(i for i, c in enumerate(short.categories) if c.name == category)
     sim = Simulation(short, strategies(["act"])[0], load_policy(), verdicts(short.categories, classify), seed=0,
-                     arrivals=[(FAULT_AT, index, 0.0, need)])
+                     arrivals=[(fault_at, index, 0.0, need)])
     sim.result = sim.run()
     return sim
 
@@ -43,13 +44,22 @@ def test_an_rma_approval_after_the_requeue_does_not_hold_the_job(params, classif
     assert "gpu0000" in sim.pool.out  # kept out for the vendor, not put back in the job
 
 
-def test_a_software_bug_needs_a_person_to_restart_the_job(params, classify) -> None:
-    """The default policy only notifies the user of a software bug (no requeue): the counterpart
-    of the test above, so `needed_human` is not simply never counted."""
-    r = _one_fault(params, classify, "software_bug", Need.NONE, diag_miss=0.0).result
+def test_an_early_software_bug_needs_a_person_to_restart_the_job(params, classify) -> None:
+    """A crash 30 min after the run began (under the default policy's ran_at_least_minutes: 60)
+    is left to the user: the counterpart of the test above, so `needed_human` is not simply
+    never counted."""
+    r = _one_fault(params, classify, "software_bug", Need.NONE, diag_miss=0.0, fault_at=30.0).result
     assert r.needed_human == 1 and r.human_restarts == 1
     assert r.needed_human_by_category == {"software_bug": 1}
     assert r.waiting_for_human_by_cause["software_bug"] == pytest.approx(r.lost_gpu_hours["waiting_for_human"])
+
+
+def test_a_software_bug_after_an_hour_of_training_is_restarted_once(params, classify) -> None:
+    """The same crash after 100 min of running: the default policy's run-time rule requeues it
+    (the simulation passes the run's start as Slurm's StartTime), nobody is woken."""
+    r = _one_fault(params, classify, "software_bug", Need.NONE, diag_miss=0.0, fault_at=FAULT_AT).result
+    assert r.interruptions == 1 and r.needed_human == 0 and r.human_restarts == 0
+    assert r.lost_gpu_hours["waiting_for_human"] == 0.0
 
 
 def test_the_node_check_fails_a_dead_cable_whatever_the_dcgm_level(params, classify) -> None:

@@ -42,10 +42,11 @@ def test_a_policy_that_never_drains_gpus_costs_ettr(tmp_path: Path, params, clas
 
 def test_the_long_run_policy_reaches_the_papers_ettr(params, classify, default_runs) -> None:
     """docs/simulate/long_run_policy.yaml lifts the retry limit for node-excluding requeues and
-    requeues a software bug once: act mode then reaches Llama 3's > 0.90 (mean over seeds)."""
+    requeues a software bug once however early it came: fewer restarts by hand than the default
+    (which requeues only a crash after an hour of running), and above Llama 3's 0.90."""
     policy = load_policy(LONG_RUN)
     runs = {s: compare(params, policy, classify, seed=s, strategies=strategies(["act"])).by_name("act") for s in SEEDS}
     for seed, run in runs.items():
         default = default_runs[seed].by_name("act")
-        assert run.ettr > default.ettr + 0.01 and run.human_restarts < default.human_restarts, seed
+        assert run.ettr > default.ettr and run.human_restarts < default.human_restarts, seed
     assert sum(r.ettr for r in runs.values()) / len(runs) > 0.90

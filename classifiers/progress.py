@@ -14,7 +14,10 @@ What it detects (each yields a `numerical` finding):
 - `overflow-run`: a long run of skipped overflow steps that ends with the scale already small
   (<= 64), i.e. not the normal start-up search from 2**16 / 2**32 down to a working scale;
 - `grad-norm-nonfinite`: the grad-norm series ends with two or more non-finite values while the
-  loss does not recover them.
+  loss does not recover them;
+- `step-metrics-nonfinite`: a job that prints no loss by name (an energy, a reward, a score) but
+  numbered step lines (`Step 03455: nan E_h, variance=nan`, `iter 120 | nan | 0.3`) whose last
+  lines carry NaN/Inf after finite ones: the objective went non-finite and stayed.
 
 Formats: Megatron (`lm loss: 2.31E+00 | loss scale: 65536.0 | grad norm: 1.2 | number of skipped
 iterations: 0`), HF Trainer dicts (`{'loss': 2.31, 'grad_norm': 1.2, ...}`), DeepSpeed
@@ -58,6 +61,10 @@ _OVERFLOW = re.compile(rb"overflow!? (?:rank [0-9]+ )?skipping step|overflow det
                        )
 _SKIPPED = re.compile(rb"number of skipped iterations:[ \t]*([0-9]+)")
 _KEYWORDS = (b"loss", b"grad", b"overflow")
+# A numbered progress line (step / iter / iteration / epoch-step counter) and a NaN/Inf token on it.
+_STEP = re.compile(rb"(?<![a-z0-9_])(?:step|iter|iteration|it)[ \t]*[:=#]?[ \t]*[0-9]+")
+_NONFINITE_TOKEN = re.compile(rb"(?<![a-z0-9_.])(?:nan|[-+]?inf(?:inity)?)(?![a-z0-9_])")
+STEP_TAIL = 2  # the last this many step lines must all be non-finite
 
 WARMUP_FRACTION = 0.2
 MIN_SERIES = 5  # fewer loss values than this say nothing about a trend
@@ -89,6 +96,8 @@ HINTS = {
                             "produces inf/nan gradients; use bf16, lower the LR, or find the layer that overflows",
     "overflow-run": "fp16 overflow on step after step with the loss scale already small: the gradients "
                     "overflow every step; use bf16, lower the LR, or check for inf in the data",
+    "step-metrics-nonfinite": "the numbers the job prints each step became NaN/Inf and stayed: the run diverged; "
+                              "lower the learning rate / step size, check the inputs, resume from a good checkpoint",
     "grad-norm-nonfinite": "the gradient norm is NaN/Inf on every recent step: the update is garbage (fp16 "
                            "overflow or a bad batch); use bf16 / lower the LR / enable anomaly detection",
 }
@@ -143,9 +152,14 @@ def analyze(lines: Sequence[tuple[Hashable, bytes]]) -> list[Finding]:
     events: list[tuple[Hashable, float, float, bytes]] = []  # overflow: (key, attempted, new, line)
     low_scale_skips: list[tuple[Hashable, bytes]] = []
     reported: list[_Point] = []  # the scale a progress line reports
+    steps: list[tuple[Hashable, bool, bytes]] = []  # numbered progress lines: (key, non-finite, line)
     for key, raw in lines:
         line = raw[:MAX_LINE]
         low = line.lower()
+        if b"overflow" not in low and b"skip" not in low:
+            step = _STEP.search(low)
+            if step is not None:
+                steps.append((key, _NONFINITE_TOKEN.search(low, step.end()) is not None, line))
         if not any(word in low for word in _KEYWORDS):
             continue
         loss = _loss_of(low)
@@ -190,7 +204,8 @@ def analyze(lines: Sequence[tuple[Hashable, bytes]]) -> list[Finding]:
                     pass
     out: list[Finding] = []
     for finding in (_nonfinite(losses), _collapse(events, low_scale_skips, reported), _diverged(losses),
-                    _overflow_run(events), _grad_nonfinite(grads, losses)):
+                    _overflow_run(events), _grad_nonfinite(grads, losses),
+                    _steps_nonfinite(steps) if len(losses) < MIN_SERIES else None):
         if finding is not None:
             out.append(finding)
     return out
@@ -276,3 +291,16 @@ def _grad_nonfinite(grads: Sequence[_Point], losses: Sequence[_Point]) -> Findin
     start = grads[grads.index(first_bad) + 1]
     return Finding("grad-norm-nonfinite", _P_GRAD, 0.75, HINTS["grad-norm-nonfinite"],
                    ((start.key, _text(start.text)), (grads[-1].key, _text(grads[-1].text))))
+
+
+def _steps_nonfinite(steps: Sequence[tuple[Hashable, bool, bytes]]) -> Finding | None:
+    """Numbered step lines that end non-finite after finite ones (for jobs that name no loss)."""
+    if len(steps) < MIN_SERIES + STEP_TAIL or not all(bad for _, bad, _ in steps[-STEP_TAIL:]):
+        return None
+    good = [s for s in steps[:-STEP_TAIL] if not s[1]]
+    if len(good) < MIN_SERIES:
+        return None  # never finite: a logger that prints nan for what it does not compute
+    first_bad = next(i for i in range(len(steps) - 1, -1, -1) if not steps[i][1]) + 1
+    evidence = ((steps[first_bad][0], _text(steps[first_bad][2])), (good[-1][0], _text(good[-1][2])),
+                (steps[-1][0], _text(steps[-1][2])))
+    return Finding("step-metrics-nonfinite", _P_GRAD, 0.75, HINTS["step-metrics-nonfinite"], evidence)

@@ -105,8 +105,12 @@ RULES: tuple[Rule, ...] = (
     _r("node-not-responding", NO, 88, r"node[^\n]{0,60} not responding|lost connection to (the )?node",
        "a node stopped responding: check it; requeue"),
     # Slurm's own node reasons and states (upper case: `sinfo -R`, `scontrol show node`).
-    _r("slurm-node-down", NO, 88, r"Node unexpectedly rebooted|\bNot responding\b|\bdown\* ",
+    _r("slurm-node-down", NO, 88, r"Node unexpectedly rebooted|\bNot responding\b|\bdown\* |allocated node +[^\n ]+ is in state Down\b",
        "Slurm marked the node down (rebooted or not responding): check the node; requeue", caseless=False),
+    # slurm.conf(5), Prolog: a prolog that fails drains the node and requeues the job; PBS/Torque
+    # and LSF say the same of their prologue/pre-exec. The node's set-up is at fault, not the job.
+    _r("scheduler-prolog-failed", NO, 80, r"Prolog failure on node|prolog (failed|failure|error) on (node|host)|\bprolog(ue)? (failed|failure)\b|PBS: (job killed: )?prolog(ue)? (failed|error)|Pre-exec(ution)? command failed",
+       "the scheduler's prolog failed on the node (Slurm drains it): read the node's prolog output, fix the node, resume it"),
     _r("host-machine-check", NO, 87,
        r"mce: \[Hardware Error\]|Machine check events logged|Machine Check Exception|EDAC [^\n]{0,60}(MEMORY ERROR|Uncorrected|UE )",
        "the host reports CPU/DIMM hardware errors (MCE/EDAC): drain the node and check its BMC/SEL"),
@@ -147,9 +151,9 @@ RULES: tuple[Rule, ...] = (
        confidence=0.5),
     _r("rpc-os-error", NF, 58, r"\bOS Error\b|UNAVAILABLE: (Socket closed|Connection reset)",
        "RPC transport error between workers: check the network", confidence=0.6),
-    _r("nccl-no-interface", EN, 72, r"no socket interface found|Bootstrap : no socket interface|NCCL_SOCKET_IFNAME[^\n]{0,80}(no interface|not found)",
+    _r("nccl-no-interface", EN, 72, r"no socket interface found|Bootstrap : no socket interface|NCCL_SOCKET_IFNAME[^\n]{0,80}(no interface|not found)|is neither AF_INET\(2\) nor AF_INET6|No usable listening interface found|NET/Socket : No interface found",
        "NCCL found no usable network interface: set NCCL_SOCKET_IFNAME to the node's real interface"),
-    _r("nccl-shm-setup", EN, 81, r"NCCL WARN[^\n]{0,120}(shared memory segment|/dev/shm)",
+    _r("nccl-shm-setup", EN, 81, r"NCCL WARN[^\n]{0,120}(shared memory segment|/dev/shm)|\bin ncclShmOpen\b",
        "NCCL cannot create its /dev/shm segments: give the container a bigger /dev/shm (--shm-size, --ipc=host)"),
     # Two ranks on one GPU: the launcher's GPU mapping is wrong (NCCL then says "invalid usage").
     _r("duplicate-gpu-per-rank", EN, 72, r"Duplicate GPU detected",
@@ -183,8 +187,9 @@ RULES: tuple[Rule, ...] = (
        "Slurm killed the job for exceeding its memory: request more --mem or reduce usage"),
     _r("memory-limit-exceeded", HO, 84, r"Exceeded (job|step) memory limit|low on resource: memory|memory limit exceeded|Memory limit reached",
        "the job went over its memory limit: request more --mem or reduce host memory use"),
-    # Other schedulers' own words for a memory-limit kill (LSF, PBS/Torque).
-    _r("scheduler-memory-limit", HO, 84, r"TERM_MEMLIMIT|job killed: (p|v)?mem [0-9]+[kmgt]?b exceeded limit",
+    # Other schedulers' own words for a memory-limit kill (LSF, PBS/Torque, Moab, Grid Engine,
+    # HTCondor).
+    _r("scheduler-memory-limit", HO, 84, r"TERM_MEMLIMIT|job killed: (p|v)?mem [0-9]+[kmgt]?b exceeded limit|exceeded a memory resource limit|exceeded (MEM|memory) usage hard limit|exceeds? job hard limit \"?h_(vmem|rss)|memory usage exceeded request_memory|job has gone over memory limit",
        "the scheduler killed the job for exceeding its memory limit: request more memory or reduce usage"),
     _r("ray-memory-monitor", HO, 85, r"node running low on memory|killed due to memory pressure|exceeds the memory usage threshold",
        "Ray's memory monitor killed workers (host RAM nearly full): fewer workers per node or more RAM"),
@@ -215,7 +220,7 @@ RULES: tuple[Rule, ...] = (
        "DeepSpeed killed its ranks after one died silently (no error printed: usually the OOM killer); check dmesg / MaxRSS",
        confidence=0.45),
     # bash's job-status word for SIGKILL in other locales (zh_CN, zh_TW, de, fr, ru, ja).
-    _r("process-killed", HO, 22, r"(^|[ *])Killed( |\*|\.|\r|$)|已杀死|已殺死|Getötet|Processus arrêté|Убито|強制終了",
+    _r("process-killed", HO, 22, r"(^|[ *\]])Killed( |\*|\.|\r|$)|已杀死|已殺死|Getötet|Processus arrêté|Убито|強制終了",
        "the process was SIGKILLed, most often by the OOM killer: check dmesg / sacct MaxRSS",
        confidence=0.55, caseless=False),
     # --- CUDA / accelerator memory ----------------------------------------------------------------
@@ -251,7 +256,7 @@ RULES: tuple[Rule, ...] = (
        "stale NFS handle: the file server remounted/failed; check the mount on the node"),
     _r("read-only-fs", IO, 74, r"Read-only file system|\[Errno 30\]",
        "filesystem went read-only (often after disk errors): check the node's storage"),
-    _r("fs-not-responding", IO, 74, r"nfs: server [^\n]{0,80}not responding|Transport endpoint is not connected|LustreError|Lustre:[^\n]{0,160}(lost|evict|not responding|timed out)|gpfs[^\n]{0,80}(unmounted|stale|error)",
+    _r("fs-not-responding", IO, 74, r"nfs: server [^\n]{0,80}not responding|Transport endpoint is not connected|Cannot send after transport endpoint shutdown|LustreError|Lustre:[^\n]{0,160}(lost|evict|not responding|timed out)|gpfs[^\n]{0,80}(unmounted|stale|error)",
        "network filesystem unavailable: check the mount and the file server"),
     # DiskPressure is only a disk problem when it is True: `kubectl describe node` lists the
     # condition on every node, with False / Unknown most of the time.
@@ -309,6 +314,10 @@ RULES: tuple[Rule, ...] = (
     _r("slurm-preempted", PR, 55, r"DUE TO PREEMPTION|\bPREEMPTED\b|[Pp]reempted to accommodate|reason: Preempted",
        "the job was preempted: requeue it (it did nothing wrong)", caseless=False),
     # LSF's exit reason and Kubernetes' scheduler event name the preemption themselves.
+    # HTCondor's user log: event 004 (evicted from its slot) and 024 (the execute host lost the
+    # job; it is rescheduled). Opportunistic pools (OSG) reclaim slots this way.
+    _r("condor-evicted", PR, 54, r"\bJob was evicted\b|Job reconnection failed|Can not reconnect to slot[^\n]{0,160}rescheduling job",
+       "HTCondor evicted the job from its slot (reclaimed or lost): it is rescheduled; checkpoint to lose less"),
     _r("scheduler-preempted", PR, 55, r"TERM_PREEMPT|Preempted by [^\n ]+ on node|Reason: +Preempting|(pod|pods|workload|trial|replica)s? (was|were|has been|is being) preempted",
        "the scheduler preempted the job for higher-priority work: requeue it (it did nothing wrong)"),
     _r("launcher-reports-preemption", PR, 50,

@@ -120,8 +120,11 @@ def test_round_j_after_its_families_were_generalised(tmp_path) -> None:
 def test_round_k_after_its_first_families(tmp_path) -> None:
     """Round K (63 rows, 25 ambiguous; 2026-12-04): scored before any rule was changed for it,
     first score 0.540 (0.684 unambiguous), macro-F1 0.601; 0.587 (0.763) after three family rows
-    (container runtime, CUDA library not found, MPI_Init). Floors at today's figures."""
+    (container runtime, CUDA library not found, MPI_Init); 0.746 (0.947), macro-F1 0.765 after the
+    next families (prolog failures, other schedulers' memory-limit kills and down nodes, HTCondor
+    evictions, NCCL socket-interface and shm set-up, ESHUTDOWN, numbered step lines that end in
+    NaN). Floors at today's figures."""
     report = evaluate_corpus(_rounds(tmp_path, lambda r: r == "K"))
     assert report.total == 63
-    assert report.accuracy >= 0.587 - 1e-3, report.mistakes
-    assert report.unambiguous is not None and report.unambiguous.accuracy >= 0.763 - 1e-3, report.mistakes
+    assert report.accuracy >= 0.746 - 1e-3, report.mistakes
+    assert report.unambiguous is not None and report.unambiguous.accuracy >= 0.947 - 1e-3, report.mistakes

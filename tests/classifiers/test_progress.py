@@ -142,3 +142,45 @@ def test_only_head_and_tail_are_read_and_line_numbers_are_exact(tmp_path) -> Non
     # The same through a pipe-like stream (counted as it passes) gives the same lines.
     piped = classify_text(io.BytesIO(path.read_bytes()).getvalue())
     assert [e.line for e in piped.evidence] == [e.line for e in verdict.evidence]
+
+
+# Jobs that name no loss: a VMC energy (absl, google-deepmind/ferminet#57's format), an RL reward.
+def _energy(values) -> str:
+    return "\n".join(f"INFO:absl:Step {3440 + i:05d}: {v} E_h, variance={v if v != v else 0.05} E_h^2, pmove=0.52"
+                     for i, v in enumerate(values))
+
+
+def _reward(values) -> str:
+    return "\n".join(f"iter {i + 1} | episode_reward {v} | fps 1200" for i, v in enumerate(values))
+
+
+@pytest.mark.parametrize("fmt", [_energy, _reward])
+def test_step_lines_that_end_non_finite_are_numerical(fmt) -> None:
+    log = fmt([-14.91, -14.93, -14.92, -14.90, -14.91, -14.92, float("nan"), float("nan"), float("nan")])
+    assert _sigs(log) == ["step-metrics-nonfinite"]
+    verdict = classify_text(log + "\n", SchedulerFacts(exit_code=0))
+    assert verdict.cause is Cause.NUMERICAL and verdict.signature == "step-metrics-nonfinite", verdict
+    assert "nan" in verdict.evidence[0].text
+
+
+@pytest.mark.parametrize("values", [
+    [1.0, 1.1, float("nan"), 1.2, 1.1, 1.0, 1.1],               # one nan that recovered
+    [float("nan")] * 8,                                          # never finite: nothing computed
+    [1.0, 1.1, 1.2, float("nan"), float("nan")],                 # too short to say
+    [1.0, 1.1, 1.2, 1.3, 1.1, 1.0, float("inf")],               # only the last line
+], ids=["recovers", "never-finite", "short", "one-line"])
+def test_step_lines_that_do_not_end_non_finite_say_nothing(values) -> None:
+    assert "step-metrics-nonfinite" not in _sigs(_reward(values))
+
+
+def test_a_named_loss_series_decides_over_step_lines() -> None:
+    # every line has a finite loss; a nan in another column is not the step analysis' to call
+    log = "\n".join(f"step {i} | loss {2.0 - i / 100:.3f} | val_acc nan" for i in range(1, 12))
+    assert _sigs(log) == []
+
+
+def test_skipped_fp16_steps_are_not_step_metrics() -> None:
+    log = _reward([1.0, 1.1, 1.2, 1.3, 1.2, 1.1]) + "\n" + "\n".join(
+        f"[deepspeed] OVERFLOW! Rank 0 Skipping step {i}. Attempted loss scale: 1024, reducing to 512 grad nan"
+        for i in range(3))
+    assert "step-metrics-nonfinite" not in _sigs(log)

@@ -183,7 +183,7 @@ RULES: tuple[Rule, ...] = (
     # --- Host memory -----------------------------------------------------------------------------
     _r("oom-killer", HO, 85, r"invoked oom-killer|Out of memory: Kill(ed)? process|oom-kill:|Memory cgroup out of memory",
        "host RAM exhausted (OOM killer): ask the user to lower memory use or request more --mem"),
-    _r("slurm-oom-kill", HO, 85, r"oom[-_]kill event|out-of-memory handler|OUT_OF_MEMORY|task [0-9]+: Out Of Memory|OOMKilled",
+    _r("slurm-oom-kill", HO, 85, r"oom[-_]kill event|out-of-memory handler|(^|[^\n_A-Za-z])OUT_OF_MEMORY|task [0-9]+: Out Of Memory|OOMKilled",
        "Slurm killed the job for exceeding its memory: request more --mem or reduce usage"),
     _r("memory-limit-exceeded", HO, 84, r"Exceeded (job|step) memory limit|low on resource: memory|memory limit exceeded|Memory limit reached",
        "the job went over its memory limit: request more --mem or reduce host memory use"),
@@ -224,7 +224,7 @@ RULES: tuple[Rule, ...] = (
        "the process was SIGKILLed, most often by the OOM killer: check dmesg / sacct MaxRSS",
        confidence=0.55, caseless=False),
     # --- CUDA / accelerator memory ----------------------------------------------------------------
-    _r("cuda-oom", CO, 80, r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|HIP out of memory|cudaErrorMemoryAllocation",
+    _r("cuda-oom", CO, 80, r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|HIP out of memory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory",
        "GPU memory exhausted: smaller batch, activation checkpointing, or more GPUs"),
     _r("tf-oom", CO, 80, r"OOM when allocating tensor|ResourceExhaustedError",
        "GPU memory exhausted (TensorFlow): smaller batch or model"),
@@ -400,7 +400,7 @@ RULES: tuple[Rule, ...] = (
     _r("training-complete", OK, 5, r"'train_runtime': [0-9]|(program|training|job|run|script|process) (ended|finished|completed|exited) successfully|training (job )?(is )?(complete|completed|finished|done)\b|finished training|Saving final model|all done\b|(job|run) completed successfully|Engine run complete|End of run\b|EXIT_CODE=0\b|exited with (exit )?code 0\b|\*\*\*\*\* train metrics \*\*\*\*\*|Training finished|wandb: Synced [0-9]+ W&B file",
        "the job finished normally", confidence=0.7),
     # Serving jobs: a benchmark that printed its summary, a server that came up and listens.
-    _r("serving-up", OK, 5, r"# Out of bounds values : 0 OK|Serving Benchmark Result|Benchmarking summary|Throughput: [0-9.]+ requests/s|Successful requests: +[1-9]|Starting vLLM server on|Application startup complete|The server is fired up and ready",
+    _r("serving-up", OK, 5, r"# Out of bounds values : 0 OK|(size|bytes) +count +type +redop +root +time +algbw +busbw +#wrong|\"(GET|POST) /v1/[a-z/_]+ HTTP/[0-9.]+\" 200\b|Serving Benchmark Result|Benchmarking summary|Throughput: [0-9.]+ requests/s|Successful requests: +[1-9]|Starting vLLM server on|Application startup complete|The server is fired up and ready",
        "the inference server started / the benchmark finished normally", confidence=0.6),
     # A log that shows training progress and nothing recognisable as a failure.
     _r("training-progress", OK, 3, r"\bepoch[ :=\[]*[0-9]+|\bloss[ :=]+[0-9]|\biteration[ :=]+[0-9]+|\bstep[ :=]+[0-9]+",

@@ -187,6 +187,14 @@ CASES: list[tuple[str, str, str]] = [
     ("[dojo-a3-ghpc-12:3066184] Local abort before MPI_INIT completed completed successfully, but am not able to aggregate error messages",
      "environment", "mpi-init-failed"),
     # round K's later families (each with a sibling from another engine or tool)
+    # the driver API's name for device OOM is not Slurm's OUT_OF_MEMORY state (donaldlab/OSPREY3#67)
+    ("jcuda.CudaException: CUDA_ERROR_OUT_OF_MEMORY", "cuda_oom", "cuda-oom"),
+    ("RuntimeError: HIP error: hipErrorOutOfMemory", "cuda_oom", "cuda-oom"),
+    ("1234.0           python        gpu   OUT_OF_MEMORY      0:125", "host_oom", "slurm-oom-kill"),
+    # nccl-tests' result table and an OpenAI-compatible server answering: the job is up and fine
+    ("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong", "success", "serving-up"),
+    ('(APIServer pid=1) INFO:     172.28.0.1:32842 - "POST /v1/chat/completions HTTP/1.1" 200 OK', "success", "serving-up"),
+    ('INFO:     127.0.0.1:51234 - "GET /v1/models HTTP/1.1" 200 OK', "success", "serving-up"),
     ("salloc: Prolog failure on node k003-006", "node_failure", "scheduler-prolog-failed"),
     ("slurmd: error: [job 81234] prolog failed status=1:0", "node_failure", "scheduler-prolog-failed"),
     ("=>> PBS: job killed: prologue failed", "node_failure", "scheduler-prolog-failed"),

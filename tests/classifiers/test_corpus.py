@@ -123,8 +123,9 @@ def test_round_k_after_its_first_families(tmp_path) -> None:
     (container runtime, CUDA library not found, MPI_Init); 0.746 (0.947), macro-F1 0.765 after the
     next families (prolog failures, other schedulers' memory-limit kills and down nodes, HTCondor
     evictions, NCCL socket-interface and shm set-up, ESHUTDOWN, numbered step lines that end in
-    NaN). Floors at today's figures."""
+    NaN); 0.794 (1.000), macro-F1 0.810 with CUDA's driver-API OOM name and nccl-tests' result
+    table / a server answering 200 as success. Floors at today's figures."""
     report = evaluate_corpus(_rounds(tmp_path, lambda r: r == "K"))
     assert report.total == 63
-    assert report.accuracy >= 0.746 - 1e-3, report.mistakes
-    assert report.unambiguous is not None and report.unambiguous.accuracy >= 0.947 - 1e-3, report.mistakes
+    assert report.accuracy >= 0.794 - 1e-3, report.mistakes
+    assert report.unambiguous is not None and report.unambiguous.accuracy >= 1.0 - 1e-3, report.mistakes

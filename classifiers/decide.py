@@ -53,7 +53,7 @@ def candidates_from(
             last = rest[-1] if rest else None
             out.append(
                 Candidate(
-                    cause=Cause.NUMERICAL, signature=found.signature, priority=found.priority,
+                    cause=Cause(found.cause), signature=found.signature, priority=found.priority,
                     confidence=found.confidence, hint=found.hint,
                     evidence=Evidence(line=line, text=text, source=found.source),
                     last=(Evidence(line=last[0], text=last[1], source=found.source)

@@ -34,3 +34,4 @@ class ProgressHit(BaseModel):
     hint: str
     evidence: list[tuple[int, str]]  # (1-based line, text): the deciding line first
     source: str
+    cause: str = "numerical"  # a Cause value: numerical, or success for routine fp16 overflow

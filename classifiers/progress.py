@@ -15,6 +15,11 @@ What it detects (each yields a `numerical` finding):
   (<= 64), i.e. not the normal start-up search from 2**16 / 2**32 down to a working scale;
 - `grad-norm-nonfinite`: the grad-norm series ends with two or more non-finite values while the
   loss does not recover them;
+- `overflow-routine` (a `success` finding, not numerical): fp16 overflow skips whose loss scale
+  stays at a working size (>= 64) and nothing else numerical: dynamic loss scaling probing a
+  higher scale and backing off (apex, DeepSpeed), routine in healthy runs. It outranks the bare
+  `grad-overflow` row by one point, so any real failure line still wins, and a scheduler fact of
+  failure removes it like every success;
 - `step-metrics-nonfinite`: a job that prints no loss by name (an energy, a reward, a score) but
   numbered step lines (`Step 03455: nan E_h, variance=nan`, `iter 120 | nan | 0.3`) whose last
   lines carry NaN/Inf after finite ones: the objective went non-finite and stayed.
@@ -80,11 +85,13 @@ class Finding(NamedTuple):
     confidence: float
     hint: str
     evidence: tuple[tuple[Hashable, str], ...]  # (caller's key, line text), first = deciding line
+    cause: str = "numerical"  # a Cause value (progress findings are numerical but for overflow-routine)
 
 
 # Priorities sit in the numerical band (rules.py): above nccl_timeout (60), time_limit (56) and
 # success (5), below every hardware, node, host-memory, OOM and environment row.
 _P_NONFINITE, _P_COLLAPSE, _P_DIVERGED, _P_OVERFLOW, _P_GRAD = 70, 68, 64, 62, 62
+_P_ROUTINE = 32  # one above rules.py's grad-overflow row (31), below every failure row that matters
 
 
 HINTS = {
@@ -96,6 +103,8 @@ HINTS = {
                             "produces inf/nan gradients; use bf16, lower the LR, or find the layer that overflows",
     "overflow-run": "fp16 overflow on step after step with the loss scale already small: the gradients "
                     "overflow every step; use bf16, lower the LR, or check for inf in the data",
+    "overflow-routine": "fp16 overflow skips at a working loss scale: dynamic loss scaling at work, not a "
+                        "failure; if the job died, the cause is elsewhere in the log",
     "step-metrics-nonfinite": "the numbers the job prints each step became NaN/Inf and stayed: the run diverged; "
                               "lower the learning rate / step size, check the inputs, resume from a good checkpoint",
     "grad-norm-nonfinite": "the gradient norm is NaN/Inf on every recent step: the update is garbage (fp16 "
@@ -208,6 +217,10 @@ def analyze(lines: Sequence[tuple[Hashable, bytes]]) -> list[Finding]:
                     _steps_nonfinite(steps) if len(losses) < MIN_SERIES else None):
         if finding is not None:
             out.append(finding)
+    if not out:
+        routine = _overflow_routine(events, reported)
+        if routine is not None:
+            out.append(routine)
     return out
 
 
@@ -304,3 +317,17 @@ def _steps_nonfinite(steps: Sequence[tuple[Hashable, bool, bytes]]) -> Finding |
     evidence = ((steps[first_bad][0], _text(steps[first_bad][2])), (good[-1][0], _text(good[-1][2])),
                 (steps[-1][0], _text(steps[-1][2])))
     return Finding("step-metrics-nonfinite", _P_GRAD, 0.75, HINTS["step-metrics-nonfinite"], evidence)
+
+
+def _overflow_routine(events: Sequence[tuple[Hashable, float, float, bytes]],
+                      reported: Sequence[_Point]) -> Finding | None:
+    """Overflow skips that leave the scale at a working size: the loss scaler at work."""
+    scaled = [e for e in events if math.isfinite(e[2])]
+    if not scaled or any(e[2] < SMALL_SCALE for e in scaled):
+        return None
+    if reported and reported[-1].value < SMALL_SCALE:
+        return None
+    return Finding("overflow-routine", _P_ROUTINE, 0.5, HINTS["overflow-routine"],
+                   ((scaled[-1][0], _text(scaled[-1][3])),) + (
+                       ((scaled[0][0], _text(scaled[0][3])),) if scaled[0][0] != scaled[-1][0] else ()),
+                   cause="success")

@@ -468,7 +468,7 @@ def _progress_hits(sample: _Sample, source: str, newlines_before) -> list[Progre
         return tail_base[0] + index + 1
 
     return [
-        ProgressHit(signature=f.signature, priority=f.priority, confidence=f.confidence, hint=f.hint,
+        ProgressHit(signature=f.signature, priority=f.priority, confidence=f.confidence, hint=f.hint, cause=f.cause,
                     evidence=[(line_no(key), evidence_text(text.encode("utf-8", "surrogateescape")))
                               for key, text in f.evidence],
                     source=source)

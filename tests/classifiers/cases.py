@@ -195,6 +195,14 @@ CASES: list[tuple[str, str, str]] = [
     ("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong", "success", "serving-up"),
     ('(APIServer pid=1) INFO:     172.28.0.1:32842 - "POST /v1/chat/completions HTTP/1.1" 200 OK', "success", "serving-up"),
     ('INFO:     127.0.0.1:51234 - "GET /v1/models HTTP/1.1" 200 OK', "success", "serving-up"),
+    # round L's families (after its first score): a toolkit that is not torch's CUDA, a container
+    # with no usable address family, a tensor printed all-NaN
+    ("Exception: >- DeepSpeed Op Builder: Installed CUDA version 12.0 does not match the version torch was compiled with 11.7, unable to compile cuda/cpp extensions",
+     "environment", "cuda-version-mismatch"),
+    ("RuntimeError: The detected CUDA version (12.1) mismatches the version that was used to compile PyTorch (11.8). Please make sure to use the same CUDA versions.",
+     "environment", "cuda-version-mismatch"),
+    ("e66aa18dc444:3171:3171 [0] include/socket.h:311 WARN Socket creation failed : Address family not supported by protocol", "environment", "nccl-no-interface"),
+    ("tensor([[[nan, nan, nan, nan, nan, nan, nan, nan, nan, nan],", "numerical", "nan-detected"),
     ("salloc: Prolog failure on node k003-006", "node_failure", "scheduler-prolog-failed"),
     ("slurmd: error: [job 81234] prolog failed status=1:0", "node_failure", "scheduler-prolog-failed"),
     ("=>> PBS: job killed: prologue failed", "node_failure", "scheduler-prolog-failed"),

@@ -124,18 +124,21 @@ def test_round_k_after_its_first_families(tmp_path) -> None:
     next families (prolog failures, other schedulers' memory-limit kills and down nodes, HTCondor
     evictions, NCCL socket-interface and shm set-up, ESHUTDOWN, numbered step lines that end in
     NaN); 0.794 (1.000), macro-F1 0.810 with CUDA's driver-API OOM name and nccl-tests' result
-    table / a server answering 200 as success. Floors at today's figures."""
+    table / a server answering 200 as success; 0.810 with fp16 overflow at a working scale as
+    routine (after round L's first score). Floors at today's figures."""
     report = evaluate_corpus(_rounds(tmp_path, lambda r: r == "K"))
     assert report.total == 63
-    assert report.accuracy >= 0.794 - 1e-3, report.mistakes
+    assert report.accuracy >= 0.810 - 1e-3, report.mistakes
     assert report.unambiguous is not None and report.unambiguous.accuracy >= 1.0 - 1e-3, report.mistakes
 
 
-def test_round_l_at_its_first_score(tmp_path) -> None:
+def test_round_l_after_its_first_families(tmp_path) -> None:
     """Round L (59 rows, 26 ambiguous; 2026-12-04): scored on commit 6e804ef before any rule was
     changed for it: 0.576 (0.758 unambiguous), macro-F1 0.642 (the session's start, 9efe47a, before
-    round K's later families: 0.576, 0.758, macro-F1 0.653). Floors at the first score."""
+    round K's later families: 0.576, 0.758, macro-F1 0.653). After its families (fp16 overflow at
+    a working scale is routine, CUDA toolkit vs torch's CUDA, a socket family the container lacks,
+    an all-NaN tensor): 0.661 (0.879), macro-F1 0.712. Floors at today's figures."""
     report = evaluate_corpus(_rounds(tmp_path, lambda r: r == "L"))
     assert report.total == 59
-    assert report.accuracy >= 0.576 - 1e-3, report.mistakes
-    assert report.unambiguous is not None and report.unambiguous.accuracy >= 0.758 - 1e-3, report.mistakes
+    assert report.accuracy >= 0.661 - 1e-3, report.mistakes
+    assert report.unambiguous is not None and report.unambiguous.accuracy >= 0.879 - 1e-3, report.mistakes

@@ -105,7 +105,7 @@ def test_startup_loss_scale_search_is_not_an_overflow_run() -> None:
         f"[INFO] [stage2.py:1357:step] [deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: {a}, reducing to {a // 2}"
         for a in scales
     ) + "\n" + _hf([2.1, 2.0, 1.95, 1.9, 1.9, 1.85])
-    assert _sigs(log) == []
+    assert _sigs(log) == ["overflow-routine"]  # the scaler at work, not a failure finding
 
 
 def test_long_overflow_run_at_small_scale() -> None:
@@ -184,3 +184,33 @@ def test_skipped_fp16_steps_are_not_step_metrics() -> None:
         f"[deepspeed] OVERFLOW! Rank 0 Skipping step {i}. Attempted loss scale: 1024, reducing to 512 grad nan"
         for i in range(3))
     assert "step-metrics-nonfinite" not in _sigs(log)
+
+
+# fp16 dynamic loss scaling probing up and backing off (NVIDIA/apex#864, DeepSpeed#931's formats)
+APEX_PROBE = "\n".join(
+    f"step {2000 * i} | lr 1e-4\nGradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 262144.0"
+    for i in range(1, 4))
+DS_STARTUP = "\n".join(
+    f"[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: {s}, reducing to {s // 2}"
+    for s in (65536, 32768, 16384))
+
+
+@pytest.mark.parametrize("log", [APEX_PROBE, DS_STARTUP], ids=["apex-probe", "deepspeed-startup"])
+def test_overflow_skips_at_a_working_scale_are_routine(log) -> None:
+    assert _sigs(log) == ["overflow-routine"]
+    verdict = classify_text(log + "\n")
+    assert verdict.cause is Cause.SUCCESS and verdict.signature == "overflow-routine", verdict
+    assert any(a.cause is Cause.NUMERICAL for a in verdict.alternatives), verdict.alternatives
+
+
+def test_routine_overflow_never_hides_a_failure() -> None:
+    crash = DS_STARTUP + "\nRuntimeError: CUDA error: an illegal memory access was encountered\n"
+    assert classify_text(crash).cause is not Cause.SUCCESS
+    # the scheduler says the job failed: a success finding cannot win
+    assert classify_text(DS_STARTUP + "\n", SchedulerFacts(state="FAILED", exit_code=1)).cause is not Cause.SUCCESS
+
+
+def test_overflow_down_to_a_small_scale_is_not_routine() -> None:
+    log = "\n".join(f"[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: {s}, reducing to {s // 2}"
+                    for s in (256, 128, 64, 32))
+    assert "overflow-routine" not in _sigs(log)

@@ -399,6 +399,10 @@ RULES: tuple[Rule, ...] = (
     # --- Success ---------------------------------------------------------------------------------
     _r("training-complete", OK, 5, r"'train_runtime': [0-9]|(program|training|job|run|script|process) (ended|finished|completed|exited) successfully|training (job )?(is )?(complete|completed|finished|done)\b|finished training|Saving final model|all done\b|(job|run) completed successfully|Engine run complete|End of run\b|EXIT_CODE=0\b|exited with (exit )?code 0\b|\*\*\*\*\* train metrics \*\*\*\*\*|Training finished|wandb: Synced [0-9]+ W&B file",
        "the job finished normally", confidence=0.7),
+    # PyTorch >= 2.4 warns at exit when the job never called destroy_process_group: printed as the
+    # processes end, after a good run as after a bad one, so it is success only when nothing failed.
+    _r("pg-not-destroyed-at-exit", OK, 4, r"process group has NOT been destroyed before it is being destructed",
+       "the processes exited (PyTorch's warning at exit); nothing in the log says they failed", confidence=0.5),
     # Serving jobs: a benchmark that printed its summary, a server that came up and listens.
     _r("serving-up", OK, 5, r"# Out of bounds values : 0 OK|(size|bytes) +count +type +redop +root +time +algbw +busbw +#wrong|\"(GET|POST) /v1/[a-z/_]+ HTTP/[0-9.]+\" 200\b|Serving Benchmark Result|Benchmarking summary|Throughput: [0-9.]+ requests/s|Successful requests: +[1-9]|Starting vLLM server on|Application startup complete|The server is fired up and ready",
        "the inference server started / the benchmark finished normally", confidence=0.6),

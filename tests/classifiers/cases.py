@@ -203,6 +203,8 @@ CASES: list[tuple[str, str, str]] = [
      "environment", "cuda-version-mismatch"),
     ("e66aa18dc444:3171:3171 [0] include/socket.h:311 WARN Socket creation failed : Address family not supported by protocol", "environment", "nccl-no-interface"),
     ("tensor([[[nan, nan, nan, nan, nan, nan, nan, nan, nan, nan],", "numerical", "nan-detected"),
+    ("[rank0]:[W515 07:06:42.829549331 ProcessGroupNCCL.cpp:1117] WARNING: process group has NOT been destroyed before it is being destructed. On normal program exit, the application should call destroy_process_group",
+     "success", "pg-not-destroyed-at-exit"),
     ("salloc: Prolog failure on node k003-006", "node_failure", "scheduler-prolog-failed"),
     ("slurmd: error: [job 81234] prolog failed status=1:0", "node_failure", "scheduler-prolog-failed"),
     ("=>> PBS: job killed: prologue failed", "node_failure", "scheduler-prolog-failed"),

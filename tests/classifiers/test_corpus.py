@@ -137,8 +137,9 @@ def test_round_l_after_its_first_families(tmp_path) -> None:
     changed for it: 0.576 (0.758 unambiguous), macro-F1 0.642 (the session's start, 9efe47a, before
     round K's later families: 0.576, 0.758, macro-F1 0.653). After its families (fp16 overflow at
     a working scale is routine, CUDA toolkit vs torch's CUDA, a socket family the container lacks,
-    an all-NaN tensor): 0.661 (0.879), macro-F1 0.712. Floors at today's figures."""
+    an all-NaN tensor, PyTorch's at-exit process-group warning as weak success): 0.678 (0.909),
+    macro-F1 0.722. Floors at today's figures."""
     report = evaluate_corpus(_rounds(tmp_path, lambda r: r == "L"))
     assert report.total == 59
-    assert report.accuracy >= 0.661 - 1e-3, report.mistakes
-    assert report.unambiguous is not None and report.unambiguous.accuracy >= 0.879 - 1e-3, report.mistakes
+    assert report.accuracy >= 0.678 - 1e-3, report.mistakes
+    assert report.unambiguous is not None and report.unambiguous.accuracy >= 0.909 - 1e-3, report.mistakes

@@ -199,9 +199,11 @@ CASES = [
                                          "in the framebuffer at partition 6, subpartition 0.", pid="'<unknown>'", name="<unknown>"))},
          failing={0: DBE},
          drained=(0,), requeued=True, excluded=(0,),
-         journal=("drain n0 done", "requeue job done", "diag n0 done", "resume n0 skipped", *TELL, "rma_ticket n0 done"),
+         # a GPU reset first (it activates the row remap); here it fails (no GPU), so the next rung: RMA
+         journal=("drain n0 done", "requeue job done", "gpu_reset n0 failed", "diag n0 *", "resume n0 skipped", *TELL,
+                  "rma_ticket n0 done"),
          tickets=(0,),
-         mail=("gpu_memory (xid-48)", "double bit error", "drain {n0}: done", "diag {n0}: done", "rma_ticket {n0}: done"),
+         mail=("gpu_memory (xid-48)", "double bit error", "drain {n0}: done", "rma_ticket {n0}: done"),
          wait_rerun=True),
     Case("row-remap-event-xid63",
          "NVIDIA Xid 63 INFOROM_DRAM_RETIREMENT_EVENT, bucket IGNORE; line as in tests/fixtures/suspects "

@@ -36,7 +36,8 @@ EXPECTED_NODE_STEPS: dict[str, list[ActionKind]] = {
     "WORKFLOW_NVLINK5_ERR": [K.DRAIN, K.GPU_RESET, K.DIAG, K.RESUME],
     "RESTART_BM": [K.DRAIN, K.REBOOT, K.DIAG, K.RESUME],
     "RESTART_VM": [K.DRAIN, K.REBOOT, K.DIAG, K.RESUME],
-    "WORKFLOW_XID_48": [K.DRAIN, K.DIAG, K.RESUME],  # level 3; a failure climbs to the RMA ticket
+    # NVIDIA's memory error management: a reset activates the pending row remap; level 3 proves it
+    "WORKFLOW_XID_48": [K.DRAIN, K.GPU_RESET, K.DIAG, K.RESUME],
     "CONTACT_SUPPORT": [K.DRAIN, K.DIAG, K.RESUME],
     "CHECK_MECHANICALS": [K.DRAIN],  # then a person: handed to ops
     "IGNORE": [],

@@ -153,6 +153,11 @@ RULES: tuple[Rule, ...] = (
        "RPC transport error between workers: check the network", confidence=0.6),
     _r("nccl-no-interface", EN, 72, r"no socket interface found|Bootstrap : no socket interface|NCCL_SOCKET_IFNAME[^\n]{0,80}(no interface|not found)|is neither AF_INET\(2\) nor AF_INET6|No usable listening interface found|NET/Socket : No interface found|Socket creation failed : Address family not supported",
        "NCCL found no usable network interface: set NCCL_SOCKET_IFNAME to the node's real interface"),
+    # aws-ofi-nccl finds no libfabric provider (EFA/verbs) to use: the devices are not visible in
+    # the container or libfabric lacks the provider; nothing was sent, so not a fabric fault.
+    _r("ofi-no-provider", EN, 72, r"NET/OFI [^\n]{0,120}(fi_getinfo\(\) call failed|No eligible providers|Unable to find a (usable )?provider|Couldn't find (any )?(optimal )?provider)",
+       "the NCCL OFI plugin found no usable libfabric provider: expose /dev/infiniband (EFA/verbs devices) to "
+       "the container and check FI_PROVIDER and the libfabric install"),
     _r("nccl-shm-setup", EN, 81, r"NCCL WARN[^\n]{0,120}(shared memory segment|/dev/shm)|\bin ncclShmOpen\b",
        "NCCL cannot create its /dev/shm segments: give the container a bigger /dev/shm (--shm-size, --ipc=host)"),
     # Two ranks on one GPU: the launcher's GPU mapping is wrong (NCCL then says "invalid usage").
@@ -161,6 +166,11 @@ RULES: tuple[Rule, ...] = (
        "torch.cuda.set_device(local_rank))"),
     _r("port-in-use", EN, 66, r"errno: 98 - Address already in use|\[Errno 98\] Address already in use|EADDRINUSE",
        "the rendezvous/master port is taken (another job or a leftover process): pick another MASTER_PORT"),
+    # The node cannot resolve the job's user (passwd/LDAP/sssd not set up on it). Containers run as an
+    # unnamed uid print the same harmless line, so it only decides when nothing else does (weaker
+    # than an explicit success line, stronger than bare progress).
+    _r("user-lookup-failed", EN, 4, r"cannot find name for (user|group) ID [0-9]+|No passwd entry for user|getpwuid(_r)?(\(\))?:? failed|I have no name!",
+       "the node does not know the job's user or group (passwd/LDAP/sssd): fix the node's identity set-up", confidence=0.45),
     _r("ssh-connect-failed", EN, 72, r"ssh: connect to host[^\n]{0,80}(Connection refused|No route to host|timed out)",
        "launcher cannot ssh to a node: check sshd, port and keys"),
     # --- NCCL / c10d timeouts --------------------------------------------------------------------
@@ -188,8 +198,8 @@ RULES: tuple[Rule, ...] = (
     _r("memory-limit-exceeded", HO, 84, r"Exceeded (job|step) memory limit|low on resource: memory|memory limit exceeded|Memory limit reached",
        "the job went over its memory limit: request more --mem or reduce host memory use"),
     # Other schedulers' own words for a memory-limit kill (LSF, PBS/Torque, Moab, Grid Engine,
-    # HTCondor).
-    _r("scheduler-memory-limit", HO, 84, r"TERM_MEMLIMIT|job killed: (p|v)?mem [0-9]+[kmgt]?b exceeded limit|exceeded a memory resource limit|exceeded (MEM|memory) usage hard limit|exceeds? job hard limit \"?h_(vmem|rss)|memory usage exceeded request_memory|job has gone over memory limit",
+    # HTCondor; HTCondor holds a job over its request_memory rather than killing it).
+    _r("scheduler-memory-limit", HO, 84, r"TERM_MEMLIMIT|job killed: (p|v)?mem [0-9]+[kmgt]?b exceeded limit|exceeded a memory resource limit|exceeded (MEM|memory) usage hard limit|exceeds? job hard limit \"?h_(vmem|rss)|memory usage exceeded request_memory|job has gone over memory limit|(put on hold|held)[^\n]{0,80}(due to|because of|for) (excessive |too much )?memory( usage)?\b",
        "the scheduler killed the job for exceeding its memory limit: request more memory or reduce usage"),
     _r("ray-memory-monitor", HO, 85, r"node running low on memory|killed due to memory pressure|exceeds the memory usage threshold",
        "Ray's memory monitor killed workers (host RAM nearly full): fewer workers per node or more RAM"),
@@ -377,6 +387,12 @@ RULES: tuple[Rule, ...] = (
        "a CUDA call failed: read the error; hardware only if it repeats on one node", confidence=0.6),
     _r("py-{1}", SW, 31, r"\b([A-Z][A-Za-z0-9_]*(Error|Exception)): ", USER, caseless=False, confidence=0.7),
     _r("py-traceback", SW, 30, r"Traceback \(most recent call last\)", USER, confidence=0.6, caseless=False),
+    # A program's own error report with its source location (IOR `(aiori-POSIX.c:219)`) or its own
+    # abort routine (Charm++ CmiAbort, MPI_Abort called by the application): a check in the code
+    # failed; weaker than any named cause it may print first.
+    _r("app-error-at-source", SW, 28, r"^[ \t>]*(ERROR|FATAL|Error)[: ][^\n]{0,300}\([A-Za-z0-9_./-]+\.(c|cc|cpp|cxx|cu|f|f90|F90):[0-9]+\)|Called CmiAbort|MPI_ABORT was invoked|calling MPI_Abort|\bPMPI_Abort\b",
+       "the program stopped on its own error check: read its message (a bug, or an option the build does not support)",
+       confidence=0.5, caseless=False),
     _r("cpp-exception", SW, 29, r"terminate called after throwing an instance of|what\(\): ",
        "an uncaught C++ exception: read the what() line", confidence=0.6),
     # --- Crash signals (no clearer cause) --------------------------------------------------------
@@ -399,6 +415,9 @@ RULES: tuple[Rule, ...] = (
     # --- Success ---------------------------------------------------------------------------------
     _r("training-complete", OK, 5, r"'train_runtime': [0-9]|(program|training|job|run|script|process) (ended|finished|completed|exited) successfully|training (job )?(is )?(complete|completed|finished|done)\b|finished training|Saving final model|all done\b|(job|run) completed successfully|Engine run complete|End of run\b|EXIT_CODE=0\b|exited with (exit )?code 0\b|\*\*\*\*\* train metrics \*\*\*\*\*|Training finished|wandb: Synced [0-9]+ W&B file",
        "the job finished normally", confidence=0.7),
+    # Slurm's own words for a clean end (sacct / scontrol / a site's summary line): COMPLETED, 0:0.
+    _r("slurm-state-completed", OK, 5, r"JobState=COMPLETED\b|\bCOMPLETED,?( +exit(code)?:?| +ExitCode=)? *0:0\b",
+       "Slurm says the job completed with exit code 0", confidence=0.7, caseless=False),
     # PyTorch >= 2.4 warns at exit when the job never called destroy_process_group: printed as the
     # processes end, after a good run as after a bad one, so it is success only when nothing failed.
     _r("pg-not-destroyed-at-exit", OK, 4, r"process group has NOT been destroyed before it is being destructed",

@@ -302,4 +302,16 @@ CASES: list[tuple[str, str, str]] = [
     ("wandb: Program ended successfully.", "success", "training-complete"),
     ("{'train_runtime': 11868.7058, 'train_samples_per_second': 69.022, 'train_loss': 0.2145603246986866, 'epoch': 240.0}", "success", "training-complete"),
     ("Epoch 15/20\n1213/1213 [======] - 0s - loss: 0.1979", "success", "training-progress"),
+    # Round M families (scored first, then generalised).
+    ("1050981.0   dbrown  11/7  23:48 Job in status 2 put on hold by SYSTEM_PERIODIC_HOLD due to memory usage 3000000.", "host_oom", "scheduler-memory-limit"),
+    ("[2025-10-16 22:16:08] ip-10-0-0-1:1929:1937 [0] nccl_net_ofi_rdma_init:7978 NCCL WARN NET/OFI OFI fi_getinfo() call failed: No data available", "environment", "ofi-no-provider"),
+    ("node-3:88:88 [0] NCCL WARN NET/OFI Couldn't find any optimal provider", "environment", "ofi-no-provider"),
+    ("/usr/bin/id: cannot find name for user ID 1202", "environment", "user-lookup-failed"),
+    ("slurmstepd: error: getpwuid_r(): failed", "environment", "user-lookup-failed"),
+    ("ERROR: Setting Lustre pool is not supported for the version of the Lustre API used on this system, (aiori-POSIX.c:219)", "software_bug", "app-error-at-source"),
+    ("------------- Processor 0 Exiting: Called CmiAbort ------------", "software_bug", "app-error-at-source"),
+    ("MPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD\nwith errorcode 1.", "software_bug", "app-error-at-source"),
+    ("CUDA context creates cleanly — job COMPLETED, exit 0:0", "success", "slurm-state-completed"),
+    ("   JobId=4242 JobName=train JobState=COMPLETED Reason=None Dependency=(null)", "success", "slurm-state-completed"),
+    ("4242.batch        batch                 cpu        16  COMPLETED      0:0", "success", "slurm-state-completed"),
 ]

@@ -316,7 +316,7 @@ RULES: tuple[Rule, ...] = (
     _r("loss-scale-collapse", NU, 70, r"loss scale already at minimum|cannot decrease scale anymore|Minimum loss scale reached",
        "fp16 loss scale collapsed (gradients overflow every step): lower LR or use bf16; do not requeue as-is"),
     # A skipped fp16 step is routine in healthy runs: it only names the cause over a bare traceback.
-    _r("grad-overflow", NU, 31, r"Gradient overflow|overflow detected, setting loss scale|reducing loss scale to|OVERFLOW! (Rank [0-9]+ )?Skipping step",
+    _r("grad-overflow", NU, 31, r"Grad(ient)? overflow|overflow detected[.,] (setting loss scale|Skipping step)|reducing (dynamic )?loss scale (from [0-9.e+-]+ )?to|OVERFLOW! (Rank [0-9]+ )?Skipping step",
        "fp16 gradient overflows: if the run died of them, lower LR or use bf16", confidence=0.45),
     _r("py-FloatingPointError", NU, 70, r"FloatingPointError", "floating point error: the run diverged", caseless=False),
     # --- Preemption and cancellation -------------------------------------------------------------

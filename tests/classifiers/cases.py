@@ -314,4 +314,7 @@ CASES: list[tuple[str, str, str]] = [
     ("CUDA context creates cleanly — job COMPLETED, exit 0:0", "success", "slurm-state-completed"),
     ("   JobId=4242 JobName=train JobState=COMPLETED Reason=None Dependency=(null)", "success", "slurm-state-completed"),
     ("4242.batch        batch                 cpu        16  COMPLETED      0:0", "success", "slurm-state-completed"),
+    # DeepSpeed's fused optimizer words the same skip differently (round I's fp16 row).
+    ("[INFO] [fused_optimizer.py:316:_update_scale] Reducing dynamic loss scale from 8.0 to 4.0", "numerical", "grad-overflow"),
+    ("[INFO] [logging.py:60:log_dist] [Rank 0] Overflow detected. Skipping step. Attempted loss scale: 8.0, reducing to 4.0", "numerical", "grad-overflow"),
 ]

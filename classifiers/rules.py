@@ -12,7 +12,9 @@ Priority bands (keep new rows inside their band):
          a launcher's "preempted", cancel   45 software_bug (specific)
    40    crash_signal (explicit)        30 generic exception     20 weak signals   5 success
 Deliberate exceptions: 91 a node's death that names a preemption beats the node failure it
-explains; 81 NCCL's /dev/shm set-up (environment) beats the DataLoader shm row (host_oom, 80).
+explains; 81 NCCL's /dev/shm set-up (environment) beats the DataLoader shm row (host_oom, 80);
+81 a GPU allocator's own failure (`cuMemAlloc failed: out of memory`) beats the Python MemoryError
+that wraps it (host_oom, 80).
 
 Adding a cause or signature: add one row here and one case in tests/classifiers/cases.py.
 """
@@ -55,6 +57,10 @@ RULES: tuple[Rule, ...] = (
     _r("gpu-fallen-off-bus", G, 100, r"fallen off the bus", "GPU fell off the bus: " + DRAIN),
     _r("gpu-lost", G, 99, r"GPU is lost|GPU has been lost|lost the GPU|GPU_IS_LOST", "GPU is lost: " + DRAIN),
     _r("nvlink-uncorrectable", G, 97, r"uncorrectable NVLink error", "NVLink error: " + RESET),
+    # NCCL's NVLS set-up failing on a node's NVSwitch fabric: NCCL itself names Fabric Manager or the
+    # NVSwitches; the node's GPUs need a reset (or the node a reboot) with Fabric Manager running.
+    _r("nvswitch-fabric-error", G, 90, r"Failed to bind NVLink SHARP \(NVLS\)|error in the Fabric Manager or NVSwitches|fabric manager[^\n]{0,80}(failed|error|not running)|NVSwitch[^\n]{0,80}(fatal|error|failure)",
+       "the node's NVSwitch fabric / Fabric Manager is in a bad state: drain, restart nvidia-fabricmanager and reset the GPUs (or reboot); requeue elsewhere"),
     _r("gpu-reset-required", G, 96, r"GPU Reset Required|GPU requires reset|reset the GPU|NV_ERR_RESET_REQUIRED",
        "GPU needs a reset: " + RESET),
     _r("gpu-device-handle", G, 96, r"Unable to determine the device handle for GPU",
@@ -142,7 +148,7 @@ RULES: tuple[Rule, ...] = (
        "distributed connection reset: check the network between nodes"),
     _r("c10d-store-unreachable", NF, 83, r"client socket has timed out after[^\n]{0,40}while trying to connect|connection to the C10d store has failed|RendezvousConnectionError",
        "cannot reach the rendezvous endpoint: check host/port reachability and firewall"),
-    _r("nccl-remote-error", NF, 62, r"ncclRemoteError|remote process exiting prematurely",
+    _r("nccl-remote-error", NF, 62, r"ncclRemoteError|remote process exiting prematurely|remote process exited or there was a network error",
        "a remote rank or the network failed: look at the other ranks' logs first", confidence=0.6),
     _r("nccl-system-error", NF, 61, r"ncclSystemError|unhandled system error",
        "NCCL system error (sockets, IB or shm): run with NCCL_DEBUG=INFO", confidence=0.6),
@@ -171,6 +177,10 @@ RULES: tuple[Rule, ...] = (
     # than an explicit success line, stronger than bare progress).
     _r("user-lookup-failed", EN, 4, r"cannot find name for (user|group) ID [0-9]+|No passwd entry for user|getpwuid(_r)?(\(\))?:? failed|I have no name!",
        "the node does not know the job's user or group (passwd/LDAP/sssd): fix the node's identity set-up", confidence=0.45),
+    # The scheduler refused the job's request at submission (time limit over the partition's, unknown
+    # account/partition, a node configuration no node has): the request, not the cluster.
+    _r("scheduler-request-rejected", EN, 66, r"Batch job submission failed: |Unable to allocate resources: (Invalid|Requested|Job violates|Node count specification|More processors requested)|qsub: (submit error|Job (rejected|exceeds))|bsub: [^\n]{0,80}(rejected|not submitted)",
+       "the scheduler refused the job's request (time limit, partition, account, node configuration): fix the request"),
     _r("ssh-connect-failed", EN, 72, r"ssh: connect to host[^\n]{0,80}(Connection refused|No route to host|timed out)",
        "launcher cannot ssh to a node: check sshd, port and keys"),
     # --- NCCL / c10d timeouts --------------------------------------------------------------------
@@ -215,6 +225,10 @@ RULES: tuple[Rule, ...] = (
        r"_multiprocessing\.SemLock\(|SemLock\.__init__\(|unable to write to file </torch_|_share_filename_cpu_|shm_open[^\n]{0,80}(No space|failed|error)|unable to (mmap|open shared memory object)[^\n]{0,60}(torch|shm)",
        "/dev/shm (shared memory for semaphores and DataLoader tensors) is full or too small: raise the "
        "container's --shm-size / use --ipc=host, or fewer DataLoader workers; not a full disk"),
+    # UCX's shared-memory transports live in /dev/shm too: "uct_iface_open(posix/memory) failed: Out of
+    # memory" is a container's 64 MB /dev/shm, not RAM.
+    _r("ucx-shm-exhausted", HO, 80, r"uct_iface_open\((posix|sysv)/memory\) failed|UCX +ERROR[^\n]{0,80}(posix|sysv)[^\n]{0,40}(Out of memory|No space left)",
+       "UCX could not create its shared-memory transport: /dev/shm is full or too small (--shm-size, --ipc=host)"),
     _r("py-MemoryError", HO, 80, r"(^|[^\nA-Za-z])MemoryError\b", "host RAM exhausted in Python: reduce memory use", caseless=False),
     # RDMA pins its buffers: ENOMEM from ibv_create_cq/ibv_reg_mr is the locked-memory limit, not
     # RAM (rdma-core ibv_reg_mr(3); NCCL troubleshooting: memlock must be unlimited).
@@ -247,7 +261,7 @@ RULES: tuple[Rule, ...] = (
        "GPU memory exhausted (TensorFlow BFC allocator dump): smaller batch or model, or allow_growth"),
     # Other frameworks' words for a failed device allocation (MXNet storage manager, PaddlePaddle,
     # ONNX Runtime's CUDA_CALL, Caffe's CUDA_CHECK: cudaErrorMemoryAllocation = 2).
-    _r("framework-gpu-oom", CO, 80, r"cudaMalloc( retry)? failed[^\n]{0,40}out of memory|Out of memory error on GPU|CUDA failure 2: out of memory|cudaSuccess \(2 vs\. 0\) +out of memory|out of memory on (GPU|device) [0-9]",
+    _r("framework-gpu-oom", CO, 81, r"(cudaMalloc|cuMemAlloc)( retry)? failed[^\n]{0,40}out of memory|Out of memory error on GPU|CUDA failure 2: out of memory|cudaSuccess \(2 vs\. 0\) +out of memory|out of memory on (GPU|device) [0-9]",
        "GPU memory exhausted: smaller batch or model"),
     _r("kv-cache-no-memory", CO, 79, r"No available memory for the cache blocks|# GPU blocks: 0\b|larger than the maximum number of tokens that can be stored in KV cache",
        "no GPU memory left for the KV cache: lower max_model_len or raise gpu_memory_utilization / use more GPUs"),
@@ -286,7 +300,7 @@ RULES: tuple[Rule, ...] = (
        "a shared library is missing or incompatible: fix LD_LIBRARY_PATH / rebuild the extension"),
     _r("py-ImportError", EN, 70, r"ImportError: |DLL load failed",
        "an import failed: fix the job's environment"),
-    _r("driver-too-old", EN, 73, r"driver on your system is too old|driver version is insufficient|Driver/library version mismatch|CUDA driver version is insufficient|forward compatibility was attempted",
+    _r("driver-too-old", EN, 73, r"driver on your system is too old|driver version is insufficient|Driver/library version mismatch|CUDA driver version is insufficient|forward compatibility was attempted|cudaErrorInsufficientDriver|cudaErrorSystemDriverMismatch|cudaErrorCompatNotSupportedOnDevice|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE|system has unsupported display driver / cuda driver combination|Cuda driver error (803|804)\b",
        "driver and CUDA runtime do not match: use a matching container or update the driver"),
     _r("no-cuda-device", EN, 72, r"no CUDA-capable device|No CUDA GPUs are available|Found no NVIDIA driver|CUDA_ERROR_NO_DEVICE|NVIDIA-SMI has failed|Torch not compiled with CUDA|CUDA driver initialization failed|cuInit: CUDA_ERROR|CUDA unknown error - this may be due to an incorrectly set up environment",
        "no usable GPU/driver in the job: check CUDA_VISIBLE_DEVICES, gres request and the driver"),
@@ -311,13 +325,17 @@ RULES: tuple[Rule, ...] = (
     # --- Numerical -------------------------------------------------------------------------------
     _r("loss-nan", NU, 70, r"(loss|grad[ _]?norm|gnorm)[a-z_'\" ]{0,24}(is|=|:|became)? ?[-+]?(nan|inf)\b|loss became (infinite|nan)|nan loss|non-finite loss",
        "the loss diverged (NaN/Inf): lower LR, check data, use bf16/loss scaling; do not requeue as-is"),
-    _r("nan-detected", NU, 69, r"found (a )?NaN|returned nan values|tensor\(\[+nan, nan, nan|Nan in summary histogram|NaN or Inf found|contains NaN|isnan|Detected (NaN|inf)|nan values in|Encountered (a )?NaN|(loss|gradients?) (is|are|became) (not finite|non-finite)|non-finite (loss|gradient)",
+    _r("nan-detected", NU, 69, r"found (a )?NaN|returned nan values|tensor\(\[+nan, nan, nan|Nan in summary histogram|NaN or Inf found|contains NaN|isnan|Detected (NaN|inf)|nan values in|Encountered (a )?NaN|(loss|gradients?) (is|are|became) (not finite|non-finite)|non-finite (loss|gradient)|ignored a value of (nan|inf)\b",
        "NaN/Inf values in the model: the run diverged; fix before requeueing"),
     _r("loss-scale-collapse", NU, 70, r"loss scale already at minimum|cannot decrease scale anymore|Minimum loss scale reached",
        "fp16 loss scale collapsed (gradients overflow every step): lower LR or use bf16; do not requeue as-is"),
     # A skipped fp16 step is routine in healthy runs: it only names the cause over a bare traceback.
     _r("grad-overflow", NU, 31, r"Grad(ient)? overflow|overflow detected[.,] (setting loss scale|Skipping step)|reducing (dynamic )?loss scale (from [0-9.e+-]+ )?to|OVERFLOW! (Rank [0-9]+ )?Skipping step",
        "fp16 gradient overflows: if the run died of them, lower LR or use bf16", confidence=0.45),
+    # A molecular-dynamics system blowing up is the simulation's own divergence (GROMACS user guide,
+    # "Blowing up"; LAMMPS error docs, "Lost atoms"): unstable input or time step, not the machine.
+    _r("md-system-blew-up", NU, 70, r"Lost atoms: original [0-9]+ current [0-9]+|Too many LINCS warnings|\bLINCS WARNING\b|SETTLE (warning|error)|moved more than the distance allowed by the domain decomposition|Non-numeric atom coords|Out of range atoms - cannot compute|Bond atoms? missing",
+       "the simulated system blew up (atoms lost or constraints failing): smaller time step, re-equilibrate or fix the input; do not requeue as-is"),
     _r("py-FloatingPointError", NU, 70, r"FloatingPointError", "floating point error: the run diverged", caseless=False),
     # --- Preemption and cancellation -------------------------------------------------------------
     # Slurm's own words are upper case; a framework's lower-case guess is the weaker row below.
@@ -328,7 +346,7 @@ RULES: tuple[Rule, ...] = (
     # job; it is rescheduled). Opportunistic pools (OSG) reclaim slots this way.
     _r("condor-evicted", PR, 54, r"\bJob was evicted\b|Job reconnection failed|Can not reconnect to slot[^\n]{0,160}rescheduling job",
        "HTCondor evicted the job from its slot (reclaimed or lost): it is rescheduled; checkpoint to lose less"),
-    _r("scheduler-preempted", PR, 55, r"TERM_PREEMPT|Preempted by [^\n ]+ on node|Reason: +Preempting|(pod|pods|workload|trial|replica)s? (was|were|has been|is being) preempted",
+    _r("scheduler-preempted", PR, 55, r"TERM_PREEMPT|PreemptionError|Preempted by [^\n ]+ on node|Reason: +Preempting|(nodes?|instances?|VMs?)( of this job)? (got|were|was|have been|has been) pre-empted|received pre-emption (warning|notice|signal)|(pod|pods|workload|trial|replica)s? (was|were|has been|is being) preempted",
        "the scheduler preempted the job for higher-priority work: requeue it (it did nothing wrong)"),
     _r("launcher-reports-preemption", PR, 50,
        r"this job (is|was|has been) preempted|\bjob( [0-9._]+)? (was|has been) preempted|received (a )?preemption (notice|signal)",
@@ -403,7 +421,12 @@ RULES: tuple[Rule, ...] = (
     _r("heap-corruption", CS, 42, r"double free or corruption|free\(\): invalid|malloc\(\): |corrupted size vs\. prev_size|stack smashing detected",
        "native heap corruption: suspect a C/C++ extension; get a core dump"),
     _r("sigbus", CS, 40, r"Bus error|SIGBUS|exitcode *: *-7\b|return ?code *[=:]? *-7\b", "bus error: often /dev/shm too small or a truncated mmap'd file"),
-    _r("sigill", CS, 40, r"Illegal instruction|SIGILL", "illegal instruction: binary built for another CPU"),
+    # SIGILL is the CPU refusing an instruction: a binary built for a newer CPU (AVX2, AVX-512) than
+    # the node's, i.e. the job's environment, not a crash of unknown cause. Crash-signal priority,
+    # so any named cause printed with it still wins.
+    _r("sigill", EN, 40, r"Illegal instruction|SIGILL",
+       "illegal instruction: the binary was built for another CPU (AVX2/AVX-512): rebuild for the node's CPU "
+       "or constrain the job to nodes that have the instructions (sbatch --constraint)"),
     _r("fatal-python-error", CS, 39, r"Fatal Python error", "the interpreter crashed: read the faulthandler trace"),
     # Not `\bSIGKILL\b`: torchrun's "Sending process N closing signal SIGKILL" to healthy peers
     # would outrank the real error.
@@ -420,8 +443,13 @@ RULES: tuple[Rule, ...] = (
        "Slurm says the job completed with exit code 0", confidence=0.7, caseless=False),
     # PyTorch >= 2.4 warns at exit when the job never called destroy_process_group: printed as the
     # processes end, after a good run as after a bad one, so it is success only when nothing failed.
-    _r("pg-not-destroyed-at-exit", OK, 4, r"process group has NOT been destroyed before it is being destructed",
+    _r("pg-not-destroyed-at-exit", OK, 4, r"process group has NOT been destroyed before (it is being destructed|we destruct)",
        "the processes exited (PyTorch's warning at exit); nothing in the log says they failed", confidence=0.5),
+    # Open MPI >= 4 leaves InfiniBand to UCX and its unused openib BTL still probes the HCA at start:
+    # these warnings are harmless when UCX carries the traffic (Open MPI FAQ, openib BTL), so they
+    # are success only when nothing failed.
+    _r("openmpi-openib-warning", OK, 4, r"There was an error initializing an OpenFabrics device|The intent is to use UCX for these devices|btl_openib_allow_ib",
+       "Open MPI's start-up warning about its unused openib BTL (UCX carries InfiniBand): harmless; nothing in the log says the job failed", confidence=0.45),
     # Serving jobs: a benchmark that printed its summary, a server that came up and listens.
     _r("serving-up", OK, 5, r"# Out of bounds values : 0 OK|(size|bytes) +count +type +redop +root +time +algbw +busbw +#wrong|\"(GET|POST) /v1/[a-z/_]+ HTTP/[0-9.]+\" 200\b|Serving Benchmark Result|Benchmarking summary|Throughput: [0-9.]+ requests/s|Successful requests: +[1-9]|Starting vLLM server on|Application startup complete|The server is fired up and ready",
        "the inference server started / the benchmark finished normally", confidence=0.6),

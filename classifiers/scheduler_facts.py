@@ -51,8 +51,10 @@ SIGNAL_RULES: dict[int, FactRule] = {
                 hint="the process aborted: look for an assert/terminate message"),
     7: FactRule(signature="signal-7-sigbus", cause=Cause.CRASH_SIGNAL, priority=24, confidence=0.7,
                 hint="bus error: often /dev/shm too small or a truncated mmap'd file"),
-    4: FactRule(signature="signal-4-sigill", cause=Cause.CRASH_SIGNAL, priority=24, confidence=0.7,
-                hint="illegal instruction: binary built for another CPU"),
+    # The CPU refused an instruction: a binary built for a newer CPU than the node's (rules.py, sigill).
+    4: FactRule(signature="signal-4-sigill", cause=Cause.ENVIRONMENT, priority=24, confidence=0.7,
+                hint="illegal instruction: the binary was built for another CPU (AVX2/AVX-512): rebuild it for "
+                     "the node's CPU or constrain the job to nodes that have the instructions"),
     8: FactRule(signature="signal-8-sigfpe", cause=Cause.CRASH_SIGNAL, priority=24, confidence=0.7,
                 hint="arithmetic exception in native code"),
     9: FactRule(signature="signal-9-sigkill", cause=Cause.CRASH_SIGNAL, priority=19, confidence=0.5,

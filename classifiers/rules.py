@@ -15,6 +15,9 @@ Deliberate exceptions: 91 a node's death that names a preemption beats the node 
 explains; 81 NCCL's /dev/shm set-up (environment) beats the DataLoader shm row (host_oom, 80);
 81 a GPU allocator's own failure (`cuMemAlloc failed: out of memory`) beats the Python MemoryError
 that wraps it (host_oom, 80).
+Two environment rows sit outside their band on purpose: sigill at crash-signal priority (40), so
+any named cause printed with it wins, and user-lookup-failed at 4, since a container's unnamed uid
+prints it in good runs too.
 
 Adding a cause or signature: add one row here and one case in tests/classifiers/cases.py.
 """

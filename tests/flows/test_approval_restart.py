@@ -76,7 +76,7 @@ def test_two_pending_approvals_survive_a_restart_and_each_acts_once(isolated_hom
         assert all(i.status == "awaiting_approval" for i in _rows(isolated_home, Incident))
         assert b"could not wait for approval" not in log.read_bytes()
 
-        second = start_up(env, log, rest, timeout_s=240)
+        second = start_up(env, log, rest, timeout_s=240, restart=True)
         # the reconciliation picks each incident up again; its new run asks again (same deadline)
         _wait(lambda: all(q.get("flow_run_id") not in {None, before[i]["flow_run_id"]}
                           for i, q in _questions(isolated_home).items()) and len(_questions(isolated_home)) == 2,

@@ -96,7 +96,7 @@ def test_xid79_job_on_slurm_is_drained_requeued_recorded_and_mailed(prefect_serv
         mails = wait_for(lambda: mailbox.messages, 20, "the ops notification")
         # (the escalation's RMA question, unanswered here, is a mail of its own: "APPROVAL NEEDED")
         [note] = [i for i, m in enumerate(mails)
-                  if f"job {job_id}" in str(m["subject"]) and "APPROVAL" not in str(m["subject"])]
+                  if re.search(rf"\bjob {job_id}\b", str(m["subject"])) and "APPROVAL" not in str(m["subject"])]
         body = mailbox.body(note)
         assert "xid-79" in str(mails[note]["subject"]) and "Xid (PCI:0000:3b:00): 79" in body
         assert f"drain {node}: done" in body and f"requeue {job_id}: done" in body

@@ -89,3 +89,20 @@ class PrefectRest:
 
     def automations(self) -> list[dict]:
         return self.post("/automations/filter", {})
+
+    def cancel_leftover_runs(self) -> int:
+        """Cancel the runs of Pitstop's deployments still waiting for a worker. The server is
+        shared by the session and automations outlive the `pitstop up` that made them, so an
+        earlier test's event (a fake job 90002, a demo job 1000) leaves a scheduled run that the
+        next test's fresh `pitstop up` would pick up and remediate against its own cluster.
+        A restart test keeps them: that they survive a restart is what it checks."""
+        waiting = self.post("/flow_runs/filter", {
+            "deployments": {"name": {"any_": ["post-failure", "node-alarm", "health-sweep"]}},
+            "flow_runs": {"state": {"type": {"any_": ["SCHEDULED", "PENDING"]}}}, "limit": 200,
+        })
+        for run in waiting:
+            self.post(f"/flow_runs/{run['id']}/set_state", {
+                "state": {"type": "CANCELLED", "name": "Cancelled", "message": "left over by an earlier test"},
+                "force": True,
+            })
+        return len(waiting)

@@ -67,6 +67,7 @@ def served(warm_prefect, isolated_home: Path) -> Iterator[dict]:
         "PITSTOP_TRIGGERS__RECONCILE_INTERVAL_S": "0",
     }
     log_path = isolated_home.parent / "pitstop-up.log"
+    PrefectRest(warm_prefect.api_url).cancel_leftover_runs()  # another test's event is not ours to run
     with log_path.open("wb") as log:
         proc = subprocess.Popen([str(PITSTOP_BIN), "up"], env=env, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)

@@ -178,7 +178,7 @@ def _kill_mid_drain_then_restart(env, log, rest, api_url, home, first, server, d
     deployment = rest.deployment("post-failure", "post-failure")
     assert next(r for r in rest.flow_runs(deployment["id"]) if r["id"] == killed_run)["state_type"] == "RUNNING"
 
-    second = start_up(env, log, rest)  # a restart, nothing else: no manual re-run
+    second = start_up(env, log, rest, restart=True)  # a restart, nothing else: no manual re-run
     try:
         _wait(lambda: _rows(home, Incident)[0].status == "done", 180, "the incident to finish after the restart", log)
         resumed_runs = lambda: [r for r in rest.flow_runs(deployment["id"]) if "pitstop-reconciled" in r["tags"]]  # noqa: E731

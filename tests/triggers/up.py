@@ -27,7 +27,13 @@ def up_env(home: Path, api_url: str, **settings: str) -> dict[str, str]:
     return env
 
 
-def start_up(env: dict[str, str], log_path: Path, rest: PrefectRest, timeout_s: float = 120) -> subprocess.Popen:
+def start_up(env: dict[str, str], log_path: Path, rest: PrefectRest, timeout_s: float = 120,
+             restart: bool = False) -> subprocess.Popen:
+    """`restart=True` keeps the runs still waiting on the server (the previous `pitstop up`'s);
+    a first start against the shared server cancels them (another test's, see
+    PrefectRest.cancel_leftover_runs). A `pitstop up` that starts its own server has none."""
+    if not restart and env.get("PREFECT_API_URL"):
+        rest.cancel_leftover_runs()
     before = log_path.read_bytes() if log_path.exists() else b""
     log = log_path.open("ab")
     proc = subprocess.Popen([str(PITSTOP_BIN), "up"], env=env, stdout=log, stderr=subprocess.STDOUT,

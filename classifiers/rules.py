@@ -71,6 +71,11 @@ RULES: tuple[Rule, ...] = (
     _r("rm-init-adapter-failed", G, 96, r"RmInitAdapter failed", "GPU failed to initialise: " + DRAIN),
     _r("gpu-gsp-timeout", G, 95, r"Timeout waiting for RPC from GSP|GSP RPC timeout|kgspRc",
        "GSP firmware timeout: " + RESET),
+    # ROCm's runtime (ROCr) reports the GPU's own exception to the process: a hang or a hardware
+    # fault it could not recover. Code can hang a GPU too, so it is named with less confidence.
+    _r("rocm-gpu-hw-exception", G, 95, r"HW Exception by GPU node-[0-9]+[^\n]{0,80}reason ?: ?(GPU Hang|[A-Za-z ]*Hardware)",
+       "the GPU raised a hardware exception (ROCm reports a GPU hang): reset the GPU and check it; the same hang on "
+       "other nodes would be the code", confidence=0.6),
     _r("amdgpu-hardware-error", G, 95,
        r"amdgpu [^\n]{0,80}(uncorrectable hardware error|\[Hardware Error\]|GPU reset begin|ring [a-z0-9_.]+ timeout)",
        "AMD GPU hardware error (RAS/ACA event or ring timeout): " + DRAIN),
@@ -104,7 +109,7 @@ RULES: tuple[Rule, ...] = (
     _r("mpi-lost-daemon", NO, 84, r"(ORTE|PRTE) has lost communication with (a |its )?(remote )?daemon",
        "mpirun lost a node's daemon: check that node is up (it may have rebooted or died), then "
        "the route to it (firewall, oob_tcp_if_include); requeue"),
-    _r("node-lost-orchestrator", NO, 88, r"NodeDiedError|NodeNotReady|NodeStatusUnknown|Kubelet stopped posting node status|node[^\n]{0,60} (is|became) NotReady|NodeLost|Node [^\n]{0,60}is unreachable|^[^\n \t]+ +NotReady +",
+    _r("node-lost-orchestrator", NO, 88, r"NodeDiedError|the node it was running on (is|was|has) (dead|died)|NodeNotReady|NodeStatusUnknown|Kubelet stopped posting node status|node[^\n]{0,60} (is|became) NotReady|NodeLost|Node [^\n]{0,60}is unreachable|^[^\n \t]+ +NotReady +",
        "the orchestrator lost a node (Ray/Kubernetes): check that node; requeue"),
     _r("kernel-panic", NO, 90, r"Kernel panic|kernel BUG at", "the node's kernel crashed: drain and inspect"),
     # The kernel's PCIe Advanced Error Reporting: a FATAL uncorrected error on the path to a GPU
@@ -130,6 +135,11 @@ RULES: tuple[Rule, ...] = (
        "IB work completion error: " + FABRIC),
     _r("ibv-call-failed", NF, 86, r"\bibv_[a-z_]+ failed|Call to ibv_[a-z_]+ failed",
        "RDMA verbs call failed (link, device or memlock limit): " + FABRIC),
+    # The HCA is not there for the IB tools (ibstat/ibstatus find no /sys/class/infiniband ports):
+    # the adapter or its driver failed to come up on this node.
+    _r("ib-device-missing", NF, 86, r"sys files not found \(/sys/class/infiniband|/sys/class/infiniband[^\n]{0,40}No such file or directory",
+       "the node's InfiniBand adapter is not visible (no /sys/class/infiniband ports): check the HCA, its firmware and driver; " + FABRIC,
+       confidence=0.6),
     _r("mlx5-error", NF, 86, r"mlx5[^\n]{0,80}(completion with error|link down|syndrome|fatal)",
        "Mellanox NIC error: " + FABRIC),
     # UCX (Open MPI, HPC-X) and libfabric/EFA (AWS) report the same transport failures in their words.
@@ -206,6 +216,10 @@ RULES: tuple[Rule, ...] = (
     # --- Host memory -----------------------------------------------------------------------------
     _r("oom-killer", HO, 85, r"invoked oom-killer|Out of memory: Kill(ed)? process|oom-kill:|Memory cgroup out of memory",
        "host RAM exhausted (OOM killer): ask the user to lower memory use or request more --mem"),
+    # The rest of the kernel's OOM report (mm/oom_kill.c, show_mem): the killed task's line, the
+    # reaper, and a memory summary with swap gone; any one of them in a job's dmesg excerpt.
+    _r("kernel-oom-report", HO, 84, r"Killed process [0-9]+ \([^\n)]{1,40}\) total-vm|oom_reaper: reaped process|Out of memory and no killable processes|Free swap += 0kB",
+       "the kernel ran out of RAM (its OOM report): ask the user to lower memory use or request more --mem", confidence=0.75),
     _r("slurm-oom-kill", HO, 85, r"oom[-_]kill event|out-of-memory handler|(^|[^\n_A-Za-z])OUT_OF_MEMORY|task [0-9]+: Out Of Memory|OOMKilled",
        "Slurm killed the job for exceeding its memory: request more --mem or reduce usage"),
     _r("memory-limit-exceeded", HO, 84, r"Exceeded (job|step) memory limit|low on resource: memory|memory limit exceeded|Memory limit reached",
@@ -220,7 +234,7 @@ RULES: tuple[Rule, ...] = (
        "host RAM exhausted (TensorFlow allocating on the CPU): reduce batch/model size or request more --mem"),
     _r("dataloader-killed", HO, 82, r"DataLoader worker[^\n]{0,60}killed by signal: Killed",
        "a DataLoader worker was OOM-killed: fewer workers or less host memory per worker"),
-    _r("dataloader-shm", HO, 80, r"out of shared memory|insufficient shared memory|No space left on device[^\n]{0,80}shm|/dev/shm",
+    _r("dataloader-shm", HO, 80, r"out of shared memory|insufficient shared memory|raise your shared memory limit|DataLoader worker[^\n]{0,60}killed by signal: Bus|No space left on device[^\n]{0,80}shm|/dev/shm",
        "shared memory (/dev/shm) exhausted: raise shm size or use fewer DataLoader workers"),
     # POSIX semaphores and torch's shared CPU storage live in /dev/shm: "No space left on device"
     # raised while creating one (a SemLock frame, a /torch_ shm file) is shared memory, not a disk.
@@ -263,8 +277,9 @@ RULES: tuple[Rule, ...] = (
     _r("tf-bfc-oom", CO, 79, r"Allocator \([^\n)]{1,40}\) ran out of memory|bfc_allocator\.cc:[0-9]+\][^\n]{0,20}(Sum Total of in-use chunks|Summary of in-use Chunks|Bin \([0-9]+\): +Total Chunks|InUse at [0-9a-fx]+)",
        "GPU memory exhausted (TensorFlow BFC allocator dump): smaller batch or model, or allow_growth"),
     # Other frameworks' words for a failed device allocation (MXNet storage manager, PaddlePaddle,
-    # ONNX Runtime's CUDA_CALL, Caffe's CUDA_CHECK: cudaErrorMemoryAllocation = 2).
-    _r("framework-gpu-oom", CO, 81, r"(cudaMalloc|cuMemAlloc)( retry)? failed[^\n]{0,40}out of memory|Out of memory error on GPU|CUDA failure 2: out of memory|cudaSuccess \(2 vs\. 0\) +out of memory|out of memory on (GPU|device) [0-9]",
+    # ONNX Runtime's CUDA_CALL, Caffe's CUDA_CHECK: cudaErrorMemoryAllocation = 2; the NVHPC OpenACC
+    # runtime's allocation failure with its total/free table).
+    _r("framework-gpu-oom", CO, 81, r"(cudaMalloc|cuMemAlloc)( retry)? failed[^\n]{0,40}out of memory|Out of memory error on GPU|CUDA failure 2: out of memory|cudaSuccess \(2 vs\. 0\) +out of memory|out of memory on (GPU|device) [0-9]|Out of memory allocating [0-9]+ bytes of device memory|total/free CUDA memory: [0-9]+/[0-9]+",
        "GPU memory exhausted: smaller batch or model"),
     _r("kv-cache-no-memory", CO, 79, r"No available memory for the cache blocks|# GPU blocks: 0\b|larger than the maximum number of tokens that can be stored in KV cache",
        "no GPU memory left for the KV cache: lower max_model_len or raise gpu_memory_utilization / use more GPUs"),
@@ -336,9 +351,14 @@ RULES: tuple[Rule, ...] = (
     _r("grad-overflow", NU, 31, r"Grad(ient)? overflow|overflow detected[.,] (setting loss scale|Skipping step)|reducing (dynamic )?loss scale (from [0-9.e+-]+ )?to|OVERFLOW! (Rank [0-9]+ )?Skipping step",
        "fp16 gradient overflows: if the run died of them, lower LR or use bf16", confidence=0.45),
     # A molecular-dynamics system blowing up is the simulation's own divergence (GROMACS user guide,
-    # "Blowing up"; LAMMPS error docs, "Lost atoms"): unstable input or time step, not the machine.
-    _r("md-system-blew-up", NU, 70, r"Lost atoms: original [0-9]+ current [0-9]+|Too many LINCS warnings|\bLINCS WARNING\b|SETTLE (warning|error)|moved more than the distance allowed by the domain decomposition|Non-numeric atom coords|Out of range atoms - cannot compute|Bond atoms? missing",
+    # "Blowing up"; LAMMPS error docs, "Lost atoms"; NAMD's margin violations and "atoms moving too
+    # fast"; Tinker's illegal energy value): unstable input or time step, not the machine.
+    _r("md-system-blew-up", NU, 70, r"Lost atoms: original [0-9]+ current [0-9]+|Too many LINCS warnings|\bLINCS WARNING\b|SETTLE (warning|error)|moved more than the distance allowed by the domain decomposition|Non-numeric atom coords|Out of range atoms - cannot compute|Bond atoms? missing|Periodic cell has become too small for original patch grid|margin violations|atoms moving too fast|simulation has become unstable|Illegal Value for the Total Potential Energy|moved too much since last neighbor list update",
        "the simulated system blew up (atoms lost or constraints failing): smaller time step, re-equilibrate or fix the input; do not requeue as-is"),
+    # A CFD solver's divergence: OpenFOAM traps floating-point exceptions (FOAM_SIGFPE) and prints
+    # its sigFpe handler in the stack; Fluent names the diverging AMG solve.
+    _r("cfd-solver-diverged", NU, 70, r"Foam::sigFpe::sigHandler|Divergence detected in AMG solver",
+       "the flow solver diverged (a floating-point trap in the solve): smaller time step / Courant number or fix the case; do not requeue as-is"),
     _r("py-FloatingPointError", NU, 70, r"FloatingPointError", "floating point error: the run diverged", caseless=False),
     # --- Preemption and cancellation -------------------------------------------------------------
     # Slurm's own words are upper case; a framework's lower-case guess is the weaker row below.
@@ -352,9 +372,9 @@ RULES: tuple[Rule, ...] = (
     _r("scheduler-preempted", PR, 55, r"TERM_PREEMPT|PreemptionError|Preempted by [^\n ]+ on node|Reason: +Preempting|(nodes?|instances?|VMs?)( of this job)? (got|were|was|have been|has been) pre-empted|received pre-emption (warning|notice|signal)|(pod|pods|workload|trial|replica)s? (was|were|has been|is being) preempted",
        "the scheduler preempted the job for higher-priority work: requeue it (it did nothing wrong)"),
     _r("launcher-reports-preemption", PR, 50,
-       r"this job (is|was|has been) preempted|\bjob( [0-9._]+)? (was|has been) preempted|received (a )?preemption (notice|signal)",
+       r"this job (is|was|has been) preempted|\b(job|session|task|run)( [0-9._]+| or session)? (was|has been) (manually |automatically )?preempted|received (a )?preemption (notice|signal)",
        "the launcher says the job was preempted: requeue it (if it was near its time limit, that is the cause)"),
-    _r("spot-reclaimed", PR, 54, r"spot (instance |VM )?(interruption|termination|reclaim|eviction)|(instance|node|VM|machine|cluster) (is|was|has been|is being) (preempted|reclaimed)|compute\.instances\.preempted|Host EC2 \(instance [^\n)]{1,40}\) terminated|termination is imminent|terminated in response to (imminent )?node shutdown|Node is shutting|NodeShutdown|Evicted",
+    _r("spot-reclaimed", PR, 54, r"spot (instance |VM )?(interruption|termination|reclaim|eviction)|(instance|node|VM|machine|cluster) (is|was|has been|is being) (preempted|reclaimed)|compute\.instances\.preempted|Host EC2 (\(instance [^\n)]{1,40}\) )?terminated|termination is imminent|terminated in response to (imminent )?node shutdown|Node is shutting|NodeShutdown|Evicted",
        "the node was reclaimed/evicted: requeue"),
     # A node's death explained as a preemption ("the actor's node was preempted") is the preemption.
     _r("node-preempted", PR, 91, r"(actor's|worker's|task's|its|this) node (was|has been) preempted",
@@ -446,13 +466,17 @@ RULES: tuple[Rule, ...] = (
        "Slurm says the job completed with exit code 0", confidence=0.7, caseless=False),
     # PyTorch >= 2.4 warns at exit when the job never called destroy_process_group: printed as the
     # processes end, after a good run as after a bad one, so it is success only when nothing failed.
-    _r("pg-not-destroyed-at-exit", OK, 4, r"process group has NOT been destroyed before (it is being destructed|we destruct)",
+    _r("pg-not-destroyed-at-exit", OK, 4, r"process group has NOT been destroyed before (it is being destructed|we destruct)|destroy_process_group\(\) was not called before program exit",
        "the processes exited (PyTorch's warning at exit); nothing in the log says they failed", confidence=0.5),
     # Open MPI >= 4 leaves InfiniBand to UCX and its unused openib BTL still probes the HCA at start:
     # these warnings are harmless when UCX carries the traffic (Open MPI FAQ, openib BTL), so they
     # are success only when nothing failed.
     _r("openmpi-openib-warning", OK, 4, r"There was an error initializing an OpenFabrics device|The intent is to use UCX for these devices|btl_openib_allow_ib",
        "Open MPI's start-up warning about its unused openib BTL (UCX carries InfiniBand): harmless; nothing in the log says the job failed", confidence=0.45),
+    # transformers' model-loading report (modeling_utils): a head that is new or a checkpoint tensor
+    # the architecture does not use is printed at every fine-tuning start; harmless on its own.
+    _r("hf-weights-load-report", OK, 4, r"Some weights of [^\n]{1,200} were not (initialized from the model checkpoint|used when initializing)|You should probably TRAIN this model on a down-stream task",
+       "transformers' model-loading report (new or unused weights) is printed at every fine-tuning start: harmless; nothing in the log says the job failed", confidence=0.45),
     # Serving jobs: a benchmark that printed its summary, a server that came up and listens.
     _r("serving-up", OK, 5, r"# Out of bounds values : 0 OK|(size|bytes) +count +type +redop +root +time +algbw +busbw +#wrong|\"(GET|POST) /v1/[a-z/_]+ HTTP/[0-9.]+\" 200\b|Serving Benchmark Result|Benchmarking summary|Throughput: [0-9.]+ requests/s|Successful requests: +[1-9]|Starting vLLM server on|Application startup complete|The server is fired up and ready",
        "the inference server started / the benchmark finished normally", confidence=0.6),

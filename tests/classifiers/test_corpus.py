@@ -91,8 +91,8 @@ def _rounds(tmp_path, keep) -> Path:
 
 
 def test_second_corpus_of_real_excerpts_from_other_threads(tmp_path) -> None:
-    """650 excerpts from threads outside the dev set (see harvest-README.md), rounds A-O."""
-    assert evaluate_corpus(HARVEST).total == 650
+    """705 excerpts from threads outside the dev set (see harvest-README.md), rounds A-P."""
+    assert evaluate_corpus(HARVEST).total == 705
     # Rounds A-H (308 rows): floors just under today's figures (accuracy 0.860; 0.984 unambiguous).
     report = evaluate_corpus(_rounds(tmp_path, lambda r: r not in {row[0] for row in ROUND_FLOORS}))
     assert report.total == 308
@@ -150,6 +150,10 @@ ROUND_FLOORS: list[tuple[str, int, float, float]] = [
     # OOM, NAMD / Tinker blow-ups, CFD solver divergence, an IB adapter missing from sysfs, ROCm's
     # GPU hang, Ray's dead node): 0.830 (1.000), macro-F1 0.846. Floors at today's figures.
     ("O", 53, 0.830 - 1e-3, 1.0 - 1e-3),
+    # Round P (55 rows, 29 ambiguous; 2026-12-05): scored on a frozen copy of commit 076daba (round
+    # O's families and the fallback retrained on A-O in) before any rule was changed for it: 0.527
+    # (0.731 unambiguous), macro-F1 0.572, the same with --no-learned. Floors at the first score.
+    ("P", 55, 0.527 - 1e-3, 0.731 - 1e-3),
 ]
 
 

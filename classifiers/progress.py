@@ -243,7 +243,10 @@ def _diverged(losses: Sequence[_Point]) -> Finding | None:
         return None
     warm = max(2, int(len(values) * WARMUP_FRACTION))
     for i in range(warm, len(values)):
-        past = [p.value for p in values[max(0, i - 50): i]]
+        # The baseline is the loss after warm-up: the first, high losses of a run that was still
+        # learning would hide a later rise (15 -> 3 -> 2 -> 7 is a divergence, not a median of 8).
+        after_warm = values[max(warm, i - 50): i]
+        past = [p.value for p in (after_warm if len(after_warm) >= 2 else values[max(0, i - 50): i])]
         base = median(past)
         if base <= 0:
             continue

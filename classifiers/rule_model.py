@@ -25,7 +25,7 @@ _FORBIDDEN = (r"\s", r"\S", r"(?=", r"(?!", r"(?<", r"\n", "[^")
 class Rule(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    signature: str = Field(description="stable id; '{1}' is replaced by capture group 1")
+    signature: str = Field(description="stable id; '{1}' is replaced by the first capture group that matched")
     cause: Cause
     pattern: str = Field(description="one-line regex, case-insensitive unless caseless=False")
     priority: int = Field(ge=0, le=1000, description="higher wins: root causes beat symptoms")
@@ -56,5 +56,7 @@ class Rule(BaseModel):
         """The signature with `{1}` filled from the match (e.g. the Xid number)."""
         if "{1}" not in self.signature:
             return self.signature
-        value = groups[0].decode("ascii", "replace") if groups and groups[0] else "unknown"
+        # A pattern with alternatives (two Xid line forms) fills {1} from whichever matched.
+        first = next((g for g in groups if g), None)
+        value = first.decode("ascii", "replace") if first else "unknown"
         return self.signature.replace("{1}", value)

@@ -30,7 +30,7 @@ from pitstop.node.xid import RECOVERY_ACTION_STATUS
 from pitstop.models import CheckStatus
 
 from classifiers.rule_model import Rule
-from classifiers.xid_rules import XID_PREFIX, xid_rules
+from classifiers.xid_rules import XID_PREFIX, xid_pattern, xid_rules
 
 G, M, NC, NF = Cause.GPU_HARDWARE, Cause.GPU_MEMORY, Cause.NCCL_TIMEOUT, Cause.NETWORK_FABRIC
 CO, HO, NU, SW = Cause.CUDA_OOM, Cause.HOST_OOM, Cause.NUMERICAL, Cause.SOFTWARE_BUG
@@ -60,6 +60,12 @@ RULES: tuple[Rule, ...] = (
     _r("gpu-fallen-off-bus", G, 100, r"fallen off the bus", "GPU fell off the bus: " + DRAIN),
     _r("gpu-lost", G, 99, r"GPU is lost|GPU has been lost|lost the GPU|GPU_IS_LOST", "GPU is lost: " + DRAIN),
     _r("nvlink-uncorrectable", G, 97, r"uncorrectable NVLink error", "NVLink error: " + RESET),
+    # CUDA's error for a fault the GPU contained (CUDA Runtime API, cudaErrorContained: "an invalid
+    # access of peer GPU memory over nvlink or a hardware error"): the process must exit; the Xid the
+    # driver logged with it (94, 74, ...) decides the bucket when it is in the evidence.
+    _r("cuda-error-contained", G, 95, r"CUDA_ERROR_CONTAINED|cudaErrorContained|over nvlink or a hardware error",
+       "the GPU contained a hardware fault (NVLink or memory): restart the job elsewhere and check the node's Xids",
+       confidence=0.7, defers_to_xid=True),
     # NCCL's NVLS set-up failing on a node's NVSwitch fabric: NCCL itself names Fabric Manager or the
     # NVSwitches; the node's GPUs need a reset (or the node a reboot) with Fabric Manager running.
     _r("nvswitch-fabric-error", G, 90, r"Failed to bind NVLink SHARP \(NVLS\)|error in the Fabric Manager or NVSwitches|fabric manager[^\n]{0,80}(failed|error|not running)|NVSwitch[^\n]{0,80}(fatal|error|failure)",
@@ -82,7 +88,7 @@ RULES: tuple[Rule, ...] = (
     _r("pcie-bus-error-uncorrected", G, 87, r"PCIe Bus Error: severity=(Uncorrected|Fatal)",
        "PCIe link error: " + DRAIN, confidence=0.75),
     # An Xid missing from the catalog: weaker than any catalogued one, stronger than success.
-    _r("xid-{1}", G, 25, XID + r"([0-9]+)\b",
+    _r("xid-{1}", G, 25, xid_pattern("[0-9]+"),
        "other Xid: look it up in the NVIDIA Xid catalog before acting", confidence=0.5),
     # --- GPU memory (HBM/ECC) -------------------------------------------------------------------
     # CUDA's words for what the driver logs as an Xid: a job on a GPU with a contained Xid 94 dies
@@ -119,7 +125,7 @@ RULES: tuple[Rule, ...] = (
     _r("node-not-responding", NO, 88, r"node[^\n]{0,60} not responding|lost connection to (the )?node",
        "a node stopped responding: check it; requeue"),
     # Slurm's own node reasons and states (upper case: `sinfo -R`, `scontrol show node`).
-    _r("slurm-node-down", NO, 88, r"Node unexpectedly rebooted|\bNot responding\b|\bdown\* |allocated node +[^\n ]+ is in state Down\b",
+    _r("slurm-node-down", NO, 88, r"Node unexpectedly re[a-z]{0,6}\b|\bNot responding\b|\bdown\* |allocated node +[^\n ]+ is in state Down\b",
        "Slurm marked the node down (rebooted or not responding): check the node; requeue", caseless=False),
     # slurm.conf(5), Prolog: a prolog that fails drains the node and requeues the job; PBS/Torque
     # and LSF say the same of their prologue/pre-exec. The node's set-up is at fault, not the job.
@@ -147,7 +153,7 @@ RULES: tuple[Rule, ...] = (
        r"(UD|RC|DC) endpoint [^\n]{0,80}(unhandled timeout|timeout error)|ud_ep\.c:[0-9]+ +Fatal|UCX +ERROR [^\n]{0,200}(Transport retry|Endpoint timeout|Connection reset|Destination is unreachable)",
        "UCX transport failed (endpoint timeout / retries): " + FABRIC),
     _r("efa-libfabric-error", NF, 86,
-       r"efa_rdm_[a-z_]*handle_error|libfabric:[^\n]{0,60}efa[^\n]{0,60}<warn> err|NET/OFI [^\n]{0,200}(completed with error|UNDELIVERABLE)|fi_cq_readerr",
+       r"efa_rdm_[a-z_]*handle_error|Unresponsive receiver \(reachable by EFA device|libfabric:[^\n]{0,60}efa[^\n]{0,60}<warn> err|NET/OFI [^\n]{0,200}(completed with error|UNDELIVERABLE)|fi_cq_readerr",
        "EFA/libfabric completion error: check the EFA devices and security group of both hosts; requeue elsewhere"),
     _r("nccl-ib-warning", NF, 84, r"NCCL WARN NET/IB|NCCL WARN[^\n]{0,80}(ibv_|IB |RoCE|async event)",
        "NCCL reported an InfiniBand/RoCE problem: " + FABRIC),
@@ -318,7 +324,7 @@ RULES: tuple[Rule, ...] = (
        "a shared library is missing or incompatible: fix LD_LIBRARY_PATH / rebuild the extension"),
     _r("py-ImportError", EN, 70, r"ImportError: |DLL load failed",
        "an import failed: fix the job's environment"),
-    _r("driver-too-old", EN, 73, r"driver on your system is too old|driver version is insufficient|Driver/library version mismatch|CUDA driver version is insufficient|forward compatibility was attempted|cudaErrorInsufficientDriver|cudaErrorSystemDriverMismatch|cudaErrorCompatNotSupportedOnDevice|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE|system has unsupported display driver / cuda driver combination|Cuda driver error (803|804)\b",
+    _r("driver-too-old", EN, 73, r"driver on your system is too old|NVRM: API mismatch: the client has the version|driver version is insufficient|Driver/library version mismatch|CUDA driver version is insufficient|forward compatibility was attempted|cudaErrorInsufficientDriver|cudaErrorSystemDriverMismatch|cudaErrorCompatNotSupportedOnDevice|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE|system has unsupported display driver / cuda driver combination|Cuda driver error (803|804)\b",
        "driver and CUDA runtime do not match: use a matching container or update the driver"),
     _r("no-cuda-device", EN, 72, r"no CUDA-capable device|No CUDA GPUs are available|Found no NVIDIA driver|CUDA_ERROR_NO_DEVICE|NVIDIA-SMI has failed|Torch not compiled with CUDA|CUDA driver initialization failed|cuInit: CUDA_ERROR|CUDA unknown error - this may be due to an incorrectly set up environment",
        "no usable GPU/driver in the job: check CUDA_VISIBLE_DEVICES, gres request and the driver"),
@@ -356,8 +362,9 @@ RULES: tuple[Rule, ...] = (
     _r("md-system-blew-up", NU, 70, r"Lost atoms: original [0-9]+ current [0-9]+|Too many LINCS warnings|\bLINCS WARNING\b|SETTLE (warning|error)|moved more than the distance allowed by the domain decomposition|Non-numeric atom coords|Out of range atoms - cannot compute|Bond atoms? missing|Periodic cell has become too small for original patch grid|margin violations|atoms moving too fast|simulation has become unstable|Illegal Value for the Total Potential Energy|moved too much since last neighbor list update",
        "the simulated system blew up (atoms lost or constraints failing): smaller time step, re-equilibrate or fix the input; do not requeue as-is"),
     # A CFD solver's divergence: OpenFOAM traps floating-point exceptions (FOAM_SIGFPE) and prints
-    # its sigFpe handler in the stack; Fluent names the diverging AMG solve.
-    _r("cfd-solver-diverged", NU, 70, r"Foam::sigFpe::sigHandler|Divergence detected in AMG solver",
+    # its sigFpe handler in the stack, and its continuity error (about 1e-8 in a sound run) grows
+    # past 1e3 before that; Fluent names the diverging AMG solve.
+    _r("cfd-solver-diverged", NU, 70, r"Foam::sigFpe::sigHandler|Divergence detected in AMG solver|time step continuity errors : sum local = [0-9.]+e\+0*([3-9]|[1-9][0-9])\b",
        "the flow solver diverged (a floating-point trap in the solve): smaller time step / Courant number or fix the case; do not requeue as-is"),
     _r("py-FloatingPointError", NU, 70, r"FloatingPointError", "floating point error: the run diverged", caseless=False),
     # --- Preemption and cancellation -------------------------------------------------------------
@@ -374,7 +381,7 @@ RULES: tuple[Rule, ...] = (
     _r("launcher-reports-preemption", PR, 50,
        r"this job (is|was|has been) preempted|\b(job|session|task|run)( [0-9._]+| or session)? (was|has been) (manually |automatically )?preempted|received (a )?preemption (notice|signal)",
        "the launcher says the job was preempted: requeue it (if it was near its time limit, that is the cause)"),
-    _r("spot-reclaimed", PR, 54, r"spot (instance |VM )?(interruption|termination|reclaim|eviction)|(instance|node|VM|machine|cluster) (is|was|has been|is being) (preempted|reclaimed)|compute\.instances\.preempted|Host EC2 (\(instance [^\n)]{1,40}\) )?terminated|termination is imminent|terminated in response to (imminent )?node shutdown|Node is shutting|NodeShutdown|Evicted",
+    _r("spot-reclaimed", PR, 54, r"spot (instance |VM )?(interruption|termination|terminated|reclaim|eviction)|(instance|node|VM|machine|cluster) (is|was|has been|is being) (preempted|reclaimed)|compute\.instances\.preempted|Host EC2 (\(instance [^\n)]{1,40}\) )?terminated|termination is imminent|terminated in response to (imminent )?node shutdown|Node is shutting|NodeShutdown|Evicted",
        "the node was reclaimed/evicted: requeue"),
     # A node's death explained as a preemption ("the actor's node was preempted") is the preemption.
     _r("node-preempted", PR, 91, r"(actor's|worker's|task's|its|this) node (was|has been) preempted",
@@ -477,6 +484,10 @@ RULES: tuple[Rule, ...] = (
     # the architecture does not use is printed at every fine-tuning start; harmless on its own.
     _r("hf-weights-load-report", OK, 4, r"Some weights of [^\n]{1,200} were not (initialized from the model checkpoint|used when initializing)|You should probably TRAIN this model on a down-stream task",
        "transformers' model-loading report (new or unused weights) is printed at every fine-tuning start: harmless; nothing in the log says the job failed", confidence=0.45),
+    # Launchers' start-up notices printed by every healthy run: torchrun pinning OMP_NUM_THREADS,
+    # DeepSpeed saying its own NCCL comms backend is not merged (it uses torch.distributed).
+    _r("launcher-startup-notice", OK, 4, r"Setting OMP_NUM_THREADS environment variable for each process to be 1 in default|NCCL backend in DeepSpeed not yet implemented",
+       "a launcher's routine start-up notice: harmless; nothing in the log says the job failed", confidence=0.45),
     # Serving jobs: a benchmark that printed its summary, a server that came up and listens.
     _r("serving-up", OK, 5, r"# Out of bounds values : 0 OK|(size|bytes) +count +type +redop +root +time +algbw +busbw +#wrong|\"(GET|POST) /v1/[a-z/_]+ HTTP/[0-9.]+\" 200\b|Serving Benchmark Result|Benchmarking summary|Throughput: [0-9.]+ requests/s|Successful requests: +[1-9]|Starting vLLM server on|Application startup complete|The server is fired up and ready",
        "the inference server started / the benchmark finished normally", confidence=0.6),

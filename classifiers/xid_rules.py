@@ -16,6 +16,15 @@ from classifiers.rule_model import Rule
 
 # NVRM Xid line prefix: "NVRM: Xid (PCI:0000:3b:00): 79, ..." (older drivers omit "PCI:").
 XID_PREFIX = r"Xid \([^\n)]{0,40}\): ?"
+# The bare form fleet monitors and providers' health events print: "Xid 149, NETIR_LINK_DOWN ...",
+# "Xid: 79, GPU has fallen off the bus". The number must be followed by a comma (prose such as
+# "no Xid 79 since" is not an event).
+BARE_XID_PREFIX = r"\bXid:? "
+
+
+def xid_pattern(numbers: str) -> str:
+    """Either Xid form for `numbers` (a regex alternation); the number is the first group that matched."""
+    return f"{XID_PREFIX}({numbers})\\b|{BARE_XID_PREFIX}({numbers}),"
 
 CAUSE_OF: dict[Implicates, Cause] = {
     Implicates.HARDWARE: Cause.GPU_HARDWARE,
@@ -78,7 +87,7 @@ def xid_rules() -> tuple[Rule, ...]:
         rows.append(
             Rule(
                 signature="xid-{1}", cause=cause, priority=priority, hint=hint,
-                pattern=XID_PREFIX + "(" + "|".join(str(x) for x in xids) + r")\b",
+                pattern=xid_pattern("|".join(str(x) for x in xids)),
                 confidence=0.9 if priority > WEAK else 0.5,
             )
         )

@@ -349,4 +349,15 @@ CASES: list[tuple[str, str, str]] = [
     ("Fatal error:  device 'mlx5_0': sys files not found (/sys/class/infiniband/mlx5_0/ports)", "network_fabric", "ib-device-missing"),
     ("HW Exception by GPU node-2 (Agent handle: 0x55d1c2a3b0c0) reason :GPU Hang", "gpu_hardware", "rocm-gpu-hw-exception"),
     ("ray.exceptions.RayTaskError: Task failed because the node it was running on is dead or unavailable. Node IP: 10.0.0.5", "node_failure", "node-lost-orchestrator"),
+    # Round P families (scored first, then generalised).
+    ("REASON               USER      TIMESTAMP           NODELIST\nNode unexpectedly re root      2024-05-01T02:11:40 gpu07", "node_failure", "slurm-node-down"),
+    ("[WARNING] [comm.py:152:init_deepspeed_backend] NCCL backend in DeepSpeed not yet implemented", "success", "launcher-startup-notice"),
+    ("WARNING:torch.distributed.run:Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid your system being overloaded, please further tune the variable for optimal performance in your application as needed.", "success", "launcher-startup-notice"),
+    ("time step continuity errors : sum local = 3.1e+05, global = 12.2, cumulative = 40.1", "numerical", "cfd-solver-diverged"),
+    ("kernel: NVRM: API mismatch: the client has the version 535.129.03, but", "environment", "driver-too-old"),
+    ("Gpu 3 Xid 79, GPU has fallen off the bus reported by the node problem detector", "gpu_hardware", "xid-79"),
+    ("node-health: Xid 149, NETIR_LINK_DOWN Fatal XC0 i0 Link 3", "gpu_hardware", "xid-149"),
+    ("RuntimeError: CUDA error: CUDA_ERROR_CONTAINED: Invalid access of peer GPU memory over nvlink or a hardware error", "gpu_hardware", "cuda-error-contained"),
+    ("[ofi_rdm] Error 4126: Unresponsive receiver (reachable by EFA device but handshake failed)", "network_fabric", "efa-libfabric-error"),
+    ("StatusReason: Spot Instance terminated due to capacity", "preempted", "spot-reclaimed"),
 ]

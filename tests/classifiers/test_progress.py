@@ -71,6 +71,15 @@ def test_healthy_noisy_curve_is_not_numerical(fmt) -> None:
     assert classify_text(log).cause is not Cause.NUMERICAL
 
 
+@pytest.mark.parametrize("fmt", [_megatron, _hf, _plain])
+def test_divergence_is_judged_against_the_loss_after_warm_up(fmt) -> None:
+    """A run that learned fast (15 -> 2.4) and then rose to 7: the high warm-up losses must not set
+    the baseline (with them the median is 9-12 and hides the rise); a spike that comes back is
+    still noise."""
+    assert "loss-diverged" in _sigs(fmt([15.5, 14.0, 13.0, 12.0, 3.0, 2.5, 2.4, 6.5, 7.0]))
+    assert _sigs(fmt([15.5, 14.0, 13.0, 12.0, 3.0, 2.5, 2.4, 6.5, 2.3, 2.2])) == []
+
+
 def test_rising_loss_during_warmup_only_is_not_divergence() -> None:
     assert _sigs(_plain([2.0, 4.5, 6.0, 5.0, 4.2, 3.9, 3.6, 3.5, 3.3, 3.2])) == []
 

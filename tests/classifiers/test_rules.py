@@ -73,3 +73,17 @@ def test_xid_causes_follow_the_node_catalog() -> None:
             assert combined is verdict.cause, xid
         if ACTION_STATUS.get(info.immediate) is CheckStatus.OK:
             assert combined.value == "nccl_timeout", xid
+
+
+def test_bare_xid_events_name_their_xid_and_prose_does_not() -> None:
+    """A fleet monitor's "Xid 149, NETIR_LINK_DOWN ..." is the catalogued Xid; "no Xid 79 since the
+    reboot" (no comma after the number) is prose, not an event."""
+    from pitstop.node.xid import XID_CATALOG
+
+    from classifiers.xid_rules import CAUSE_OF
+
+    for xid, info in XID_CATALOG.items():
+        verdict = classify_text(f"health-monitor: node gpu-17 GPU 3 Xid {xid}, {info.description}")
+        assert verdict.signature == f"xid-{xid}" and verdict.cause is CAUSE_OF[info.implicates], xid
+    assert classify_text("Xid: 9999, some future event").signature == "xid-9999"
+    assert classify_text("no Xid 79 since the last reboot\n").cause.value == "unknown"

@@ -50,6 +50,9 @@ LINE_CHARS = 500  # a longer line is cut: one 100 MB line must not become 100 MB
 _ERROR_LIKE = re.compile(  # matched against lowercased bytes
     rb"error|fatal|killed|exception|traceback|abort|fail|panic|oom|timed? ?out|terminat|segfault|denied")
 
+# The threshold a build writes when no threshold reached its precision target: the model guesses
+# (decided_by says what) but never answers.
+NEVER_THRESHOLD = 1.0
 CONFIDENCE_CAP = 0.4  # below every rule's confidence (rules.py: 0.4 and up)
 MAX_EVIDENCE = 3
 NEVER_ANSWERS = frozenset({Cause.SUCCESS, Cause.UNKNOWN})
@@ -328,11 +331,15 @@ def fallback(verdict: Verdict, excerpts: Sequence[Excerpt], model_path: Path | N
     guess = predict(model, excerpts)
     if guess is None:
         return verdict
-    if guess.cause in NEVER_ANSWERS or guess.probability < model.threshold:
-        said = (f"learned fallback abstained: its best guess, {guess.cause.value} at "
-                f"p={guess.probability:.2f}, is below its threshold {model.threshold:.2f}"
-                if guess.cause not in NEVER_ANSWERS else
-                f"learned fallback abstained: its best guess is {guess.cause.value}, which it never answers")
+    if guess.cause in NEVER_ANSWERS or guess.probability < model.threshold or model.threshold >= NEVER_THRESHOLD:
+        if guess.cause in NEVER_ANSWERS:
+            said = f"learned fallback abstained: its best guess is {guess.cause.value}, which it never answers"
+        elif model.threshold >= NEVER_THRESHOLD:
+            said = (f"learned fallback abstained: its best guess is {guess.cause.value} at p={guess.probability:.2f}, "
+                    f"but the model never reached its precision target on held-out folds, so it only guesses")
+        else:
+            said = (f"learned fallback abstained: its best guess, {guess.cause.value} at "
+                    f"p={guess.probability:.2f}, is below its threshold {model.threshold:.2f}")
         return verdict.model_copy(update={"decided_by": verdict.decided_by or said})
     return Verdict(
         cause=guess.cause,

@@ -12,9 +12,11 @@ Priority bands (keep new rows inside their band):
          a launcher's "preempted", cancel   45 software_bug (specific)
    40    crash_signal (explicit)        30 generic exception     20 weak signals   5 success
 Deliberate exceptions: 91 a node's death that names a preemption beats the node failure it
-explains; 81 NCCL's /dev/shm set-up (environment) beats the DataLoader shm row (host_oom, 80);
-81 a GPU allocator's own failure (`cuMemAlloc failed: out of memory`) beats the Python MemoryError
-that wraps it (host_oom, 80).
+explains; 86 NCCL's /dev/shm set-up (environment) beats the DataLoader shm row (host_oom, 80) and
+the NCCL socket row (85) that shares its "failed :" wording, and 87 the same segment failing for a
+full /dev/shm (host_oom) beats both; 81 a GPU allocator's own failure
+(`cuMemAlloc failed: out of memory`) beats the Python MemoryError that wraps it (host_oom, 80);
+81 TensorFlow's ResourceExhaustedError naming a disk quota beats the GPU OOM row (80) of that name.
 Two environment rows sit outside their band on purpose: sigill at crash-signal priority (40), so
 any named cause printed with it wins, and user-lookup-failed at 4, since a container's unnamed uid
 prints it in good runs too.
@@ -183,7 +185,12 @@ RULES: tuple[Rule, ...] = (
     _r("ofi-no-provider", EN, 72, r"NET/OFI [^\n]{0,120}(fi_getinfo\(\) call failed|No eligible providers|Unable to find a (usable )?provider|Couldn't find (any )?(optimal )?provider)",
        "the NCCL OFI plugin found no usable libfabric provider: expose /dev/infiniband (EFA/verbs devices) to "
        "the container and check FI_PROVIDER and the libfabric install"),
-    _r("nccl-shm-setup", EN, 81, r"NCCL WARN[^\n]{0,120}(shared memory segment|/dev/shm)|\bin ncclShmOpen\b",
+    # A segment NCCL could not grow because /dev/shm is full is shared memory exhausted, like the
+    # DataLoader's (a container's 64 MB default): host memory. Any other failure to set one up
+    # (permission denied, no /dev/shm) is the next row's environment.
+    _r("nccl-shm-exhausted", HO, 87, r"NCCL WARN[^\n]{0,200}(/dev/shm|shared memory segment|posix_fallocate)[^\n]{0,200}No space left on device|NCCL WARN Call to posix_fallocate failed: No space left",
+       "NCCL could not create its shared-memory segment: /dev/shm is full or too small (--shm-size, --ipc=host)"),
+    _r("nccl-shm-setup", EN, 86, r"NCCL WARN[^\n]{0,120}(shared memory segment|/dev/shm|Call to (shm_open|posix_fallocate|shm_unlink) failed)|\bin ncclShmOpen\b",
        "NCCL cannot create its /dev/shm segments: give the container a bigger /dev/shm (--shm-size, --ipc=host)"),
     # Two ranks on one GPU: the launcher's GPU mapping is wrong (NCCL then says "invalid usage").
     _r("duplicate-gpu-per-rank", EN, 72, r"Duplicate GPU detected",
@@ -296,6 +303,9 @@ RULES: tuple[Rule, ...] = (
     # --- Storage ---------------------------------------------------------------------------------
     _r("no-space-left", IO, 76, r"No space left on device|\[Errno 28\]|ENOSPC",
        "a filesystem is full: free space or move output; check quotas"),
+    # TensorFlow raises ResourceExhaustedError for a full quota too (SaveV2): the disk, not the GPU.
+    _r("tf-exhausted-disk", IO, 81, r"ResourceExhaustedError: [^\n]{0,200}(disk quota exceeded|No space left on device)",
+       "the checkpoint write hit the disk quota / a full disk (TensorFlow says ResourceExhausted): free space or save fewer checkpoints"),
     _r("disk-quota", IO, 76, r"Disk quota exceeded|\[Errno 122\]|EDQUOT|quota exceeded",
        "disk quota exceeded: ask the user to clean up or raise the quota"),
     _r("io-error", IO, 75, r"Input/output error|\[Errno 5\]|I/O error",
@@ -304,6 +314,9 @@ RULES: tuple[Rule, ...] = (
        "stale NFS handle: the file server remounted/failed; check the mount on the node"),
     _r("read-only-fs", IO, 74, r"Read-only file system|\[Errno 30\]",
        "filesystem went read-only (often after disk errors): check the node's storage"),
+    # fsspec (s3fs, gcsfs, HTTP datasets streamed from an object store) gives up on a stalled read.
+    _r("object-store-timeout", IO, 74, r"FSTimeoutError",
+       "a read from the object store timed out (fsspec/s3fs): a dropped long-lived connection; retry, cache the data locally"),
     _r("fs-not-responding", IO, 74, r"nfs: server [^\n]{0,80}not responding|Transport endpoint is not connected|Cannot send after transport endpoint shutdown|LustreError|Lustre:[^\n]{0,160}(lost|evict|not responding|timed out)|gpfs[^\n]{0,80}(unmounted|stale|error)",
        "network filesystem unavailable: check the mount and the file server"),
     # DiskPressure is only a disk problem when it is True: `kubectl describe node` lists the
@@ -324,7 +337,7 @@ RULES: tuple[Rule, ...] = (
        "a shared library is missing or incompatible: fix LD_LIBRARY_PATH / rebuild the extension"),
     _r("py-ImportError", EN, 70, r"ImportError: |DLL load failed",
        "an import failed: fix the job's environment"),
-    _r("driver-too-old", EN, 73, r"driver on your system is too old|NVRM: API mismatch: the client has the version|driver version is insufficient|Driver/library version mismatch|CUDA driver version is insufficient|forward compatibility was attempted|cudaErrorInsufficientDriver|cudaErrorSystemDriverMismatch|cudaErrorCompatNotSupportedOnDevice|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE|system has unsupported display driver / cuda driver combination|Cuda driver error (803|804)\b",
+    _r("driver-too-old", EN, 73, r"driver on your system is too old|system not yet initialized|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY|NVRM: API mismatch: the client has the version|driver version is insufficient|Driver/library version mismatch|CUDA driver version is insufficient|forward compatibility was attempted|cudaErrorInsufficientDriver|cudaErrorSystemDriverMismatch|cudaErrorCompatNotSupportedOnDevice|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE|system has unsupported display driver / cuda driver combination|Cuda driver error (803|804)\b",
        "driver and CUDA runtime do not match: use a matching container or update the driver"),
     _r("no-cuda-device", EN, 72, r"no CUDA-capable device|No CUDA GPUs are available|Found no NVIDIA driver|CUDA_ERROR_NO_DEVICE|NVIDIA-SMI has failed|Torch not compiled with CUDA|CUDA driver initialization failed|cuInit: CUDA_ERROR|CUDA unknown error - this may be due to an incorrectly set up environment",
        "no usable GPU/driver in the job: check CUDA_VISIBLE_DEVICES, gres request and the driver"),
@@ -334,6 +347,10 @@ RULES: tuple[Rule, ...] = (
        "CUDA toolkit versions disagree: align the toolkit with the framework build"),
     _r("too-many-open-files", EN, 66, r"Too many open files|\[Errno 24\]",
        "the open-files limit is too low for this job: raise ulimit -n or use fewer DataLoader workers"),
+    # A package the job's set-up installs is not in its repositories (dnf/yum, apt, pip, conda):
+    # the node's repositories, entitlement or index, or a version pin that does not exist.
+    _r("package-not-found", EN, 72, r"Error: Unable to find a match: |E: Unable to locate package |No package [^\n ]{1,80} available|Could not find a version that satisfies the requirement|PackagesNotFoundError: |No matching distribution found for ",
+       "a package the job installs is not in its repositories (repo, entitlement, index or version pin): fix the node's / image's package sources"),
     _r("command-not-found", EN, 68, r"command not found|: not found\b|No such file or directory: '(nvcc|python|torchrun|deepspeed)'|execve\(\): [^\n]{0,120}No such file or directory",
        "a required program is not on PATH in the job environment"),
     _r("orte-launch-failed", EN, 66, r"ORTE was unable to reliably start one or more daemons",
@@ -349,7 +366,7 @@ RULES: tuple[Rule, ...] = (
     # --- Numerical -------------------------------------------------------------------------------
     _r("loss-nan", NU, 70, r"(loss|grad[ _]?norm|gnorm)[a-z_'\" ]{0,24}(is|=|:|became)? ?[-+]?(nan|inf)\b|loss became (infinite|nan)|nan loss|non-finite loss",
        "the loss diverged (NaN/Inf): lower LR, check data, use bf16/loss scaling; do not requeue as-is"),
-    _r("nan-detected", NU, 69, r"found (a )?NaN|returned nan values|tensor\(\[+nan, nan, nan|Nan in summary histogram|NaN or Inf found|contains NaN|isnan|Detected (NaN|inf)|nan values in|Encountered (a )?NaN|(loss|gradients?) (is|are|became) (not finite|non-finite)|non-finite (loss|gradient)|ignored a value of (nan|inf)\b",
+    _r("nan-detected", NU, 69, r"found (a )?NaN|returned nan values|(coordinate|coordinates|position|positions|velocity|velocities|energy) (is|are|became) nan\b|tensor\(\[+nan, nan, nan|Nan in summary histogram|NaN or Inf found|contains NaN|isnan|Detected (NaN|inf)|nan values in|Encountered (a )?NaN|(loss|gradients?) (is|are|became) (not finite|non-finite)|non-finite (loss|gradient)|ignored a value of (nan|inf)\b",
        "NaN/Inf values in the model: the run diverged; fix before requeueing"),
     _r("loss-scale-collapse", NU, 70, r"loss scale already at minimum|cannot decrease scale anymore|Minimum loss scale reached",
        "fp16 loss scale collapsed (gradients overflow every step): lower LR or use bf16; do not requeue as-is"),
@@ -359,6 +376,11 @@ RULES: tuple[Rule, ...] = (
     # A molecular-dynamics system blowing up is the simulation's own divergence (GROMACS user guide,
     # "Blowing up"; LAMMPS error docs, "Lost atoms"; NAMD's margin violations and "atoms moving too
     # fast"; Tinker's illegal energy value): unstable input or time step, not the machine.
+    # numpy's floating-point warnings (np.seterr's default "warn"): a NaN/Inf met in a cast or an
+    # operation. Healthy runs print them too, so only over a bare traceback or nothing.
+    _r("numpy-fp-warning", NU, 31, r"RuntimeWarning: (invalid value|overflow|divide by zero) encountered in",
+       "numpy met NaN/Inf values (invalid value / overflow in an operation): check the inputs and the precision (fp16 overflows)",
+       confidence=0.45),
     _r("md-system-blew-up", NU, 70, r"Lost atoms: original [0-9]+ current [0-9]+|Too many LINCS warnings|\bLINCS WARNING\b|SETTLE (warning|error)|moved more than the distance allowed by the domain decomposition|Non-numeric atom coords|Out of range atoms - cannot compute|Bond atoms? missing|Periodic cell has become too small for original patch grid|margin violations|atoms moving too fast|simulation has become unstable|Illegal Value for the Total Potential Energy|moved too much since last neighbor list update",
        "the simulated system blew up (atoms lost or constraints failing): smaller time step, re-equilibrate or fix the input; do not requeue as-is"),
     # A CFD solver's divergence: OpenFOAM traps floating-point exceptions (FOAM_SIGFPE) and prints
@@ -446,7 +468,7 @@ RULES: tuple[Rule, ...] = (
     # --- Crash signals (no clearer cause) --------------------------------------------------------
     _r("sigsegv", CS, 42, r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 |WTERMSIG 11\b|exitcode *: *-11\b|return ?code *[=:]? *-11\b|segfault",
        "the process segfaulted: collect the core dump/faulthandler trace; suspect native extensions"),
-    _r("sigabrt", CS, 40, r"SIGABRT|WTERMSIG 6\b|Fatal Python error: Aborted|Aborted \(core dumped\)|exitcode *: *-6\b|return ?code *[=:]? *-6\b",
+    _r("sigabrt", CS, 40, r"SIGABRT|WTERMSIG 6\b|signal 6 \(Aborted\)|died from signal 6\b|Fatal Python error: Aborted|Aborted \(core dumped\)|exitcode *: *-6\b|return ?code *[=:]? *-6\b",
        "the process aborted: look for the assert/terminate message before it"),
     _r("heap-corruption", CS, 42, r"double free or corruption|free\(\): invalid|malloc\(\): |corrupted size vs\. prev_size|stack smashing detected",
        "native heap corruption: suspect a C/C++ extension; get a core dump"),
@@ -466,7 +488,7 @@ RULES: tuple[Rule, ...] = (
     _r("child-failed", CS, 20, r"ChildFailedError|terminated with signal|died with <Signals|exited with (signal|code)",
        "a worker process died: read the first failing rank's log", confidence=0.5),
     # --- Success ---------------------------------------------------------------------------------
-    _r("training-complete", OK, 5, r"'train_runtime': [0-9]|(program|training|job|run|script|process) (ended|finished|completed|exited) successfully|training (job )?(is )?(complete|completed|finished|done)\b|finished training|Saving final model|all done\b|(job|run) completed successfully|Engine run complete|End of run\b|EXIT_CODE=0\b|exited with (exit )?code 0\b|\*\*\*\*\* train metrics \*\*\*\*\*|Training finished|wandb: Synced [0-9]+ W&B file",
+    _r("training-complete", OK, 5, r"'train_runtime': [0-9]|Successful completion of (geogrid|ungrib|metgrid|real|wrf)|SUCCESS COMPLETE (WRF|REAL_EM)|(program|training|job|run|script|process) (ended|finished|completed|exited) successfully|training (job )?(is )?(complete|completed|finished|done)\b|finished training|Saving final model|all done\b|(job|run) completed successfully|Engine run complete|End of run\b|EXIT_CODE=0\b|exited with (exit )?code 0\b|\*\*\*\*\* train metrics \*\*\*\*\*|Training finished|wandb: Synced [0-9]+ W&B file",
        "the job finished normally", confidence=0.7),
     # Slurm's own words for a clean end (sacct / scontrol / a site's summary line): COMPLETED, 0:0.
     _r("slurm-state-completed", OK, 5, r"JobState=COMPLETED\b|\bCOMPLETED,?( +exit(code)?:?| +ExitCode=)? *0:0\b",

@@ -360,4 +360,16 @@ CASES: list[tuple[str, str, str]] = [
     ("RuntimeError: CUDA error: CUDA_ERROR_CONTAINED: Invalid access of peer GPU memory over nvlink or a hardware error", "gpu_hardware", "cuda-error-contained"),
     ("[ofi_rdm] Error 4126: Unresponsive receiver (reachable by EFA device but handshake failed)", "network_fabric", "efa-libfabric-error"),
     ("StatusReason: Spot Instance terminated due to capacity", "preempted", "spot-reclaimed"),
+    # Round Q families (scored first, then generalised).
+    ("openmm.OpenMMException: Particle coordinate is nan", "numerical", "nan-detected"),
+    ("/opt/conda/lib/python3.10/site-packages/numpy/core/_methods.py:118: RuntimeWarning: invalid value encountered in divide", "numerical", "numpy-fp-warning"),
+    ("gpu01:311:402 [1] include/shm.h:27 NCCL WARN Call to shm_open failed : Permission denied", "environment", "nccl-shm-setup"),
+    ("E: Unable to locate package cuda-toolkit-12-4", "environment", "package-not-found"),
+    ("ERROR: Could not find a version that satisfies the requirement torch==2.9.9+cu128 (from versions: none)", "environment", "package-not-found"),
+    ("RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling NumCudaDevices() that might have already set an error? Error 802: system not yet initialized", "environment", "driver-too-old"),
+    ("tensorflow.python.framework.errors_impl.ResourceExhaustedError: /scratch/ckpt/model.ckpt-300.data-00000-of-00001.tempstate; No space left on device [Op:SaveV2]", "storage_io", "tf-exhausted-disk"),
+    (" SUCCESS COMPLETE WRF", "success", "training-complete"),
+    ("gpu03:812:901 [0] misc/shmutils.cc:88 NCCL WARN Error: failed to extend /dev/shm/nccl-Xy12Ab to 9637892 bytes, error: No space left on device (28)", "host_oom", "nccl-shm-exhausted"),
+    ("fsspec.exceptions.FSTimeoutError", "storage_io", "object-store-timeout"),
+    ("x1002c0s3b0n0.hsn.cm.aurora.alcf.anl.gov: rank 12 died from signal 6", "crash_signal", "sigabrt"),
 ]

@@ -156,13 +156,18 @@ ROUND_FLOORS: list[tuple[str, int, float, float]] = [
     # truncated "Node unexpectedly re(booted)", launchers' start-up notices as weak success, CFD
     # continuity errors, the NVRM API mismatch, bare Xid events, CUDA's contained error, EFA's
     # unresponsive receiver, "Spot Instance terminated", the loss baseline after warm-up): 0.673
-    # (0.923), macro-F1 0.725. Floors at today's figures.
-    ("P", 55, 0.673 - 1e-3, 0.923 - 1e-3),
+    # (0.923), macro-F1 0.725; 0.691 (0.962) with round Q's NCCL shm row (a full /dev/shm is
+    # host_oom). Floors at today's figures.
+    ("P", 55, 0.691 - 1e-3, 0.962 - 1e-3),
     # Round Q (52 rows, 28 ambiguous; 2026-12-05): scored on a frozen copy of commit 683c56e (round
     # P's families in) before any rule was changed for it: 0.346 (0.583 unambiguous), macro-F1
     # 0.407, the same with --no-learned (the session's start, cdedb4c: 0.346 / 0.583, macro-F1
-    # 0.369); 22 of its 34 misses are `unknown`. Floors at the first score.
-    ("Q", 52, 0.346 - 1e-3, 0.583 - 1e-3),
+    # 0.369); 22 of its 34 misses are `unknown`. After its families (simulation state gone NaN,
+    # numpy's floating-point warnings as weak numerical, NCCL's shm segment: permission denied is
+    # environment and a full /dev/shm host_oom, package managers finding no package, CUDA error 802,
+    # TensorFlow's ResourceExhausted for a disk quota, WRF's completion lines, fsspec timeouts,
+    # MPI launchers' signal-6 deaths): 0.558 (0.917), macro-F1 0.540. Floors at today's figures.
+    ("Q", 52, 0.558 - 1e-3, 0.917 - 1e-3),
 ]
 
 

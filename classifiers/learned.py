@@ -331,15 +331,16 @@ def fallback(verdict: Verdict, excerpts: Sequence[Excerpt], model_path: Path | N
     guess = predict(model, excerpts)
     if guess is None:
         return verdict
-    if guess.cause in NEVER_ANSWERS or guess.probability < model.threshold or model.threshold >= NEVER_THRESHOLD:
-        if guess.cause in NEVER_ANSWERS:
-            said = f"learned fallback abstained: its best guess is {guess.cause.value}, which it never answers"
-        elif model.threshold >= NEVER_THRESHOLD:
-            said = (f"learned fallback abstained: its best guess is {guess.cause.value} at p={guess.probability:.2f}, "
-                    f"but the model never reached its precision target on held-out folds, so it only guesses")
-        else:
-            said = (f"learned fallback abstained: its best guess, {guess.cause.value} at "
-                    f"p={guess.probability:.2f}, is below its threshold {model.threshold:.2f}")
+    said = None  # why it abstains, if it does
+    if guess.cause in NEVER_ANSWERS:
+        said = f"learned fallback abstained: its best guess is {guess.cause.value}, which it never answers"
+    elif model.threshold >= NEVER_THRESHOLD:
+        said = (f"learned fallback abstained: its best guess is {guess.cause.value} at p={guess.probability:.2f}, "
+                f"but the model never reached its precision target on held-out folds, so it only guesses")
+    elif guess.probability < model.threshold:
+        said = (f"learned fallback abstained: its best guess, {guess.cause.value} at "
+                f"p={guess.probability:.2f}, is below its threshold {model.threshold:.2f}")
+    if said:
         return verdict.model_copy(update={"decided_by": verdict.decided_by or said})
     return Verdict(
         cause=guess.cause,

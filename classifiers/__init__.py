@@ -195,6 +195,11 @@ def classify_scanned(scan: LogScan, facts: SchedulerFacts | None = None, *, lear
     return fallback(verdict, scan.excerpts) if learned else verdict
 
 
+# A templated rule whose `{1}` is any number or name (not a list of values): the hint of last
+# resort for a signature no listed value matches.
+_OPEN_TEMPLATE = re.compile(r"\[0-9\](\+|\{1,[0-9]+\})|\[A-Z\]\[A-Za-z0-9_\]\*")
+
+
 def hint_for(signature: str) -> str:
     """The operator hint for a verdict signature ('xid-62' finds its 'xid-{1}' row); '' if unknown.
 
@@ -214,7 +219,7 @@ def hint_for(signature: str) -> str:
         if value and re.search(r"(?<![0-9A-Za-z])" + re.escape(value) + r"(?![0-9A-Za-z])", rule.pattern):
             return rule.hint
         fallback = fallback or ""
-        if "[0-9]+" in rule.pattern or "[A-Z][A-Za-z0-9_]*" in rule.pattern:
+        if _OPEN_TEMPLATE.search(rule.pattern):
             fallback = rule.hint
     if fallback:
         return fallback

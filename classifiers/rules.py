@@ -90,7 +90,8 @@ RULES: tuple[Rule, ...] = (
     _r("pcie-bus-error-uncorrected", G, 87, r"PCIe Bus Error: severity=(Uncorrected|Fatal)",
        "PCIe link error: " + DRAIN, confidence=0.75),
     # An Xid missing from the catalog: weaker than any catalogued one, stronger than success.
-    _r("xid-{1}", G, 25, xid_pattern("[0-9]+"),
+    # At most five digits (NVIDIA's are three): a corrupt line's 200-digit run is no Xid.
+    _r("xid-{1}", G, 25, xid_pattern("[0-9]{1,5}"),
        "other Xid: look it up in the NVIDIA Xid catalog before acting", confidence=0.5),
     # --- GPU memory (HBM/ECC) -------------------------------------------------------------------
     # CUDA's words for what the driver logs as an Xid: a job on a GPU with a contained Xid 94 dies

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from classifiers import ClassifyError, classify_files, classify_text
+from classifiers import ClassifyError, classify_files, classify_text, hint_for
 from classifiers.scan import MAX_CARRY_BYTES
 from pitstop.models import Cause
 
@@ -41,6 +41,17 @@ def test_single_huge_line_is_classified_and_evidence_truncated(tmp_path: Path) -
     verdict = classify_files([path])
     assert verdict.cause is Cause.NUMERICAL
     assert verdict.evidence[0].line == 1 and len(verdict.evidence[0].text) <= 500
+
+
+def test_a_corrupt_run_of_digits_is_no_xid() -> None:
+    # NVIDIA's Xids have at most three digits; a torn line's digit run (past Python's 4,300-digit
+    # int() limit too) is neither an Xid event nor a crash, and an unlisted Xid keeps its number.
+    for digits in ("9" * 200, "9" * 5000):
+        verdict = classify_text(f"NVRM: Xid (PCI:0000:3b:00): {digits}, pid=1, name=python\n")
+        assert verdict.cause is Cause.UNKNOWN and not verdict.signature.startswith("xid")
+    unlisted = classify_text("NVRM: Xid (PCI:0000:3b:00): 997, pid=1, name=python\n")
+    assert unlisted.cause is Cause.GPU_HARDWARE and unlisted.signature == "xid-997"
+    assert "Xid catalog" in hint_for(unlisted.signature)
 
 
 def test_match_straddling_a_window_cut_in_a_long_line_is_found(tmp_path: Path) -> None:

@@ -352,6 +352,15 @@ RULES: tuple[Rule, ...] = (
     # the node's repositories, entitlement or index, or a version pin that does not exist.
     _r("package-not-found", EN, 72, r"Error: Unable to find a match: |E: Unable to locate package |No package [^\n ]{1,80} available|Could not find a version that satisfies the requirement|PackagesNotFoundError: |No matching distribution found for ",
        "a package the job installs is not in its repositories (repo, entitlement, index or version pin): fix the node's / image's package sources"),
+    # cudaErrorNotSupported (801, CUDA Runtime API: "the attempted operation is not supported on
+    # the current system or device"): a capability the node, driver or container lacks (IPC/P2P in
+    # a container, GPUDirect through an old libfabric), not a bug in the job.
+    _r("cuda-not-supported", EN, 72, r"cudaErrorNotSupported|CUDA_ERROR_NOT_SUPPORTED|CUDA error: operation not supported|Cuda failure 801\b|CUDA driver error: operation not supported",
+       "a CUDA operation this node/driver/container does not support: check the container's devices, driver and library versions", caseless=False),
+    # NCCL cannot map the node's topology (sysfs paths hidden in WSL or a container, a NIC-fusion
+    # bug of NCCL 2.26 fixed in 2.27: NVIDIA/nccl#1748, #573): set-up, not the fabric.
+    _r("nccl-topology-detection", EN, 72, r"NCCL WARN Could not find (NET with id|GPU in topology|real path of)",
+       "NCCL could not read the node's GPU/NIC topology: expose /sys in the container or use a fixed NCCL version"),
     _r("command-not-found", EN, 68, r"command not found|: not found\b|No such file or directory: '(nvcc|python|torchrun|deepspeed)'|execve\(\): [^\n]{0,120}No such file or directory",
        "a required program is not on PATH in the job environment"),
     _r("orte-launch-failed", EN, 66, r"ORTE was unable to reliably start one or more daemons",
@@ -435,7 +444,9 @@ RULES: tuple[Rule, ...] = (
        r"(caught|received|got|handling)( the)?( auto-requeue)? signal:? ?(SIG)?USR[12]\b|received SIGUSR[12]\b|\bSIGUSR[12]\b[^\n]{0,60}re-?queu|this job is timed-out",
        "the job got its time-limit warning signal and stopped or requeued itself: " + MORE_TIME),
     # --- Software bugs ---------------------------------------------------------------------------
-    _r("cuda-device-assert", SW, 47, r"device-side assert(ion)? triggered|Assertion `[^\n]{1,200}` failed",
+    # The device assert's own line (`file.cu:975: kernel: block: [120,0,0], thread: [24,0,0]
+    # Assertion ...`) names the CUDA kernel's assert even when the expression wraps onto the next line.
+    _r("cuda-device-assert", SW, 47, r"device-side assert(ion)? triggered|Assertion `[^\n]{1,200}` failed|block: \[[0-9]+,[0-9]+,[0-9]+\], thread: \[[0-9]+,[0-9]+,[0-9]+\] Assertion",
        "a CUDA kernel assert fired (often labels/indices out of range): " + USER),
     _r("cuda-unspecified-launch-failure", SW, 44, r"unspecified launch failure|cudaErrorLaunchFailure|CUDA_ERROR_LAUNCH_FAILED",
        "a kernel crashed on the GPU: a bug unless the node's kernel log shows an Xid", confidence=0.55),

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from pitstop.models import Cause, Evidence, Verdict
+from pitstop.models import Alternative, Cause, Evidence, Verdict
 
 MODEL_PATH = Path(__file__).with_name("learned_model.json")
 MODEL_FORMAT = 1
@@ -55,6 +55,11 @@ _ERROR_LIKE = re.compile(  # matched against lowercased bytes
 NEVER_THRESHOLD = 1.0
 CONFIDENCE_CAP = 0.4  # below every rule's confidence (rules.py: 0.4 and up)
 MAX_EVIDENCE = 3
+# An abstaining model's guesses ride on the unknown verdict as ranked alternatives, never as its
+# cause: on the harvest rounds it had not seen, such guesses were right about two times in five
+# (scripts/replay-first-scores), too seldom to act on, often enough to say where to look first.
+MAX_GUESSES = 2
+GUESS_FLOOR = 0.15  # a guess less likely than this says nothing
 NEVER_ANSWERS = frozenset({Cause.SUCCESS, Cause.UNKNOWN})
 
 
@@ -275,6 +280,7 @@ class Prediction(BaseModel):
     probability: float
     runner_up: Cause | None = None
     evidence: list[Evidence] = Field(default_factory=list, description="the lines that weighed most")
+    ranked: list[tuple[Cause, float]] = Field(default_factory=list, description="every class, most likely first")
 
 
 def probabilities(model: LearnedModel, vector: dict[str, float]) -> list[float]:
@@ -317,7 +323,26 @@ def predict(model: LearnedModel, excerpts: Sequence[Excerpt]) -> Prediction | No
     top_lines = sorted((i for i in range(len(lines)) if weight[i] > 0), key=lambda i: (-weight[i], i))[:MAX_EVIDENCE]
     evidence = [Evidence(line=lines[i][1], text=lines[i][2], source=lines[i][0]) for i in sorted(top_lines)]
     return Prediction(cause=model.classes[best], probability=probs[best],
-                      runner_up=model.classes[order[1]] if len(order) > 1 else None, evidence=evidence)
+                      runner_up=model.classes[order[1]] if len(order) > 1 else None, evidence=evidence,
+                      ranked=[(model.classes[k], probs[k]) for k in order])
+
+
+def _guesses(guess: Prediction) -> list[Alternative]:
+    """The model's likeliest causes it may name, as alternatives of an unknown verdict."""
+    # The weightiest line backs the model's top cause only (Prediction.evidence); quote it there.
+    top_line = guess.evidence[0].text[:160] if guess.evidence else ""
+    out = []
+    for cause, p in guess.ranked:  # most likely first
+        if p < GUESS_FLOOR or len(out) == MAX_GUESSES:
+            break
+        if cause in NEVER_ANSWERS:
+            continue
+        why = f"no rule matched; the learned model guesses {cause.value} at p={p:.2f}, too unsure to answer"
+        if cause is guess.cause and top_line:
+            why += f"; the line that weighed most: {top_line}"
+        out.append(Alternative(cause=cause, confidence=round(CONFIDENCE_CAP * p, 3),
+                               signature=f"learned:{cause.value}", tells_apart=why))
+    return out
 
 
 def fallback(verdict: Verdict, excerpts: Sequence[Excerpt], model_path: Path | None = None) -> Verdict:
@@ -341,7 +366,8 @@ def fallback(verdict: Verdict, excerpts: Sequence[Excerpt], model_path: Path | N
         said = (f"learned fallback abstained: its best guess, {guess.cause.value} at "
                 f"p={guess.probability:.2f}, is below its threshold {model.threshold:.2f}")
     if said:
-        return verdict.model_copy(update={"decided_by": verdict.decided_by or said})
+        return verdict.model_copy(update={"decided_by": verdict.decided_by or said,
+                                          "alternatives": [*verdict.alternatives, *_guesses(guess)][:MAX_GUESSES]})
     return Verdict(
         cause=guess.cause,
         signature=f"learned:{guess.cause.value}",

@@ -106,7 +106,27 @@ def test_answers_exactly_when_the_model_is_sure_enough_and_says_so(tmp_path: Pat
         else:
             abstained += 1
             assert verdict.signature == "no-match" and "abstained" in verdict.decided_by
+            # Its guesses ride along as alternatives, likeliest first, never a success.
+            named = [(c, p) for c, p in guess.ranked if c not in NEVER_ANSWERS and p >= learned.GUESS_FLOOR]
+            assert [a.cause for a in verdict.alternatives] == [c for c, _ in named][: learned.MAX_GUESSES]
+            assert all(a.signature == f"learned:{a.cause.value}" and a.confidence <= CONFIDENCE_CAP
+                       for a in verdict.alternatives)
     assert answered and abstained  # both sides of the threshold are exercised
+
+
+def test_an_abstaining_guess_is_an_alternative_not_the_cause(tmp_path: Path) -> None:
+    path = _with_threshold(tmp_path, NEVER_THRESHOLD)
+    excerpt = excerpt_of_text("RuntimeError: CUDA error: out of memory; tried to allocate 2.00 GiB on device 0", "log")
+    verdict = fallback(UNKNOWN, [excerpt], model_path=path)
+    assert verdict.cause is Cause.UNKNOWN and verdict.alternatives
+    first = verdict.alternatives[0]
+    assert first.cause is Cause.CUDA_OOM and first.signature == "learned:cuda_oom"
+    assert "guesses cuda_oom" in first.tells_apart and "out of memory" in first.tells_apart
+    assert first.confidence <= CONFIDENCE_CAP
+    confidences = [a.confidence for a in verdict.alternatives]
+    assert confidences == sorted(confidences, reverse=True)
+    # A log with nothing to go on gets no guesses worth naming: at most the floor's few.
+    assert all(a.confidence >= round(CONFIDENCE_CAP * learned.GUESS_FLOOR, 3) for a in verdict.alternatives)
 
 
 def test_a_model_that_never_reached_its_target_only_guesses(tmp_path: Path) -> None:

@@ -234,7 +234,7 @@ RULES: tuple[Rule, ...] = (
     # reaper, and a memory summary with swap gone; any one of them in a job's dmesg excerpt.
     _r("kernel-oom-report", HO, 84, r"Killed process [0-9]+ \([^\n)]{1,40}\) total-vm|oom_reaper: reaped process|Out of memory and no killable processes|Free swap += 0kB",
        "the kernel ran out of RAM (its OOM report): ask the user to lower memory use or request more --mem", confidence=0.75),
-    _r("slurm-oom-kill", HO, 85, r"oom[-_]kill event|out-of-memory handler|(^|[^\n_A-Za-z])OUT_OF_MEMORY|task [0-9]+: Out Of Memory|OOMKilled",
+    _r("slurm-oom-kill", HO, 85, r"oom[-_]kill event|out-of-memory handler|(^|[^\n_A-Za-z])OUT_OF_MEMORY|task [0-9]+: Out Of Memory|OOMKilled|OOM-killed",
        "Slurm killed the job for exceeding its memory: request more --mem or reduce usage"),
     _r("memory-limit-exceeded", HO, 84, r"Exceeded (job|step) memory limit|low on resource: memory|memory limit exceeded|Memory limit reached",
        "the job went over its memory limit: request more --mem or reduce host memory use"),
@@ -263,7 +263,9 @@ RULES: tuple[Rule, ...] = (
     _r("py-MemoryError", HO, 80, r"(^|[^\nA-Za-z])MemoryError\b", "host RAM exhausted in Python: reduce memory use", caseless=False),
     # RDMA pins its buffers: ENOMEM from ibv_create_cq/ibv_reg_mr is the locked-memory limit, not
     # RAM (rdma-core ibv_reg_mr(3); NCCL troubleshooting: memlock must be unlimited).
-    _r("rdma-memlock", EN, 87, r"ibv_(create_cq|create_qp|reg_mr|create_srq|alloc_pd)[^\n]{0,60}Cannot allocate memory|max locked memory \(ulimit -l\)|RLIMIT_MEMLOCK|locked memory limit",
+    # libfabric's EFA provider says it as -12 (FI_ENOMEM) while posting its receive buffers (AWS's
+    # EFA troubleshooting: max locked memory 65536 -> ulimit -l unlimited).
+    _r("rdma-memlock", EN, 87, r"ibv_(create_cq|create_qp|reg_mr|create_srq|alloc_pd)[^\n]{0,60}Cannot allocate memory|max locked memory \(ulimit -l\)|RLIMIT_MEMLOCK|locked memory limit|Libfabric error: \(-12\) Cannot allocate memory|Failure to post internal receive buffers",
        "RDMA could not pin memory: raise the locked-memory limit (ulimit -l unlimited; slurmd's LimitMEMLOCK, PropagateResourceLimits)"),
     _r("cpp-bad-alloc", HO, 78, r"std::bad_alloc|Cannot allocate memory|\[Errno 12\]",
        "host allocation failed: reduce memory use or request more --mem", confidence=0.75),
@@ -359,15 +361,21 @@ RULES: tuple[Rule, ...] = (
        "a CUDA operation this node/driver/container does not support: check the container's devices, driver and library versions", caseless=False),
     # NCCL cannot map the node's topology (sysfs paths hidden in WSL or a container, a NIC-fusion
     # bug of NCCL 2.26 fixed in 2.27: NVIDIA/nccl#1748, #573): set-up, not the fabric.
-    _r("nccl-topology-detection", EN, 72, r"NCCL WARN Could not find (NET with id|GPU in topology|real path of)",
+    _r("nccl-topology-detection", EN, 72, r"NCCL WARN Could not find (NET with id|GPU in topology|real path of)|NCCL WARN Attribute [^\n]{1,40} of node [^\n]{1,40} not found",
        "NCCL could not read the node's GPU/NIC topology: expose /sys in the container or use a fixed NCCL version"),
+    # A library's own version check (OpenMMLab's "MMCV==1.3.5 is used but incompatible. Please install
+    # mmcv>=...", transformers' require_version "... is required for a normal functioning of this
+    # module, but found x==y"): the environment, not the AssertionError it raises. pip's resolver
+    # warning ("requires x>=2, but you have x 1.9") is left out: installs print it and then run fine.
+    _r("package-version-incompatible", EN, 72, r"==[^\n ]{1,40} is used but incompatible|is required for a normal functioning of this module, but found",
+       "an installed package is a version another one does not accept: pin compatible versions in the job's environment"),
     _r("command-not-found", EN, 68, r"command not found|: not found\b|No such file or directory: '(nvcc|python|torchrun|deepspeed)'|execve\(\): [^\n]{0,120}No such file or directory",
        "a required program is not on PATH in the job environment"),
     _r("orte-launch-failed", EN, 66, r"ORTE was unable to reliably start one or more daemons",
        "mpirun could not start its daemons: check PATH/LD_LIBRARY_PATH and ssh on all nodes"),
     # Families from round K (scored first, then generalised): the job's container, loader or MPI
     # set-up failing before any training code ran.
-    _r("container-runtime-failed", EN, 72, r"pyxis: (failed to|couldn't) (import|create|start)|\benroot(-[a-z]+)?: (error|\[ERROR\])|FATAL: +(container creation failed|while (extracting|making|creating)[^\n]{0,40}image|could not open image)|nvidia-container-cli: (initialization|mount|ldcache|detection) error|OCI runtime (create|exec) failed|failed to create (shim )?task",
+    _r("container-runtime-failed", EN, 72, r"pyxis: (failed to|couldn't) (import|create|start|execute)|\benroot(-[a-z]+)?: (error|\[ERROR\])|FATAL: +(container creation failed|while (extracting|making|creating)[^\n]{0,40}image|could not open image)|nvidia-container-cli: (initialization|mount|ldcache|detection) error|OCI runtime (create|exec) failed|failed to create (shim )?task",
        "the job's container could not be set up (pyxis/enroot, Apptainer, nvidia-container-toolkit): fix the runtime's configuration or the image"),
     _r("cuda-library-not-found", EN, 71, r"lib(cudart|cuda|nccl|cudnn|cublas)[a-z0-9_]*\.so[^\n]{0,40}\bnot found|did not contain \[?'lib[a-z0-9_]+\.so|(could not|unable to|failed to) (find|locate|load) (the )?(lib)?(cuda|cudart|nccl|cudnn|cublas)( runtime| library| libraries|\.so)",
        "a CUDA library is not found where the job looks: fix LD_LIBRARY_PATH or the package's CUDA set-up"),

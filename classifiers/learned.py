@@ -36,6 +36,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from pitstop.models import Alternative, Cause, Evidence, Verdict
 
+from classifiers.ambiguity import MAX_ALTERNATIVES
+
 MODEL_PATH = Path(__file__).with_name("learned_model.json")
 MODEL_FORMAT = 1
 BUILD_SCRIPT = "scripts/build-learned-model"
@@ -367,7 +369,7 @@ def fallback(verdict: Verdict, excerpts: Sequence[Excerpt], model_path: Path | N
                 f"p={guess.probability:.2f}, is below its threshold {model.threshold:.2f}")
     if said:
         return verdict.model_copy(update={"decided_by": verdict.decided_by or said,
-                                          "alternatives": [*verdict.alternatives, *_guesses(guess)][:MAX_GUESSES]})
+                                          "alternatives": [*verdict.alternatives, *_guesses(guess)][:MAX_ALTERNATIVES]})
     return Verdict(
         cause=guess.cause,
         signature=f"learned:{guess.cause.value}",

@@ -132,7 +132,7 @@ RULES: tuple[Rule, ...] = (
        "Slurm marked the node down (rebooted or not responding): check the node; requeue", caseless=False),
     # slurm.conf(5), Prolog: a prolog that fails drains the node and requeues the job; PBS/Torque
     # and LSF say the same of their prologue/pre-exec. The node's set-up is at fault, not the job.
-    _r("scheduler-prolog-failed", NO, 80, r"Prolog failure on node|prolog (failed|failure|error) on (node|host)|\bprolog(ue)? (failed|failure)\b|PBS: (job killed: )?prolog(ue)? (failed|error)|Pre-exec(ution)? command failed",
+    _r("scheduler-prolog-failed", NO, 80, r"PrologSlurmctld failed|Prolog failure on node|prolog (failed|failure|error) on (node|host)|\bprolog(ue)? (failed|failure)\b|PBS: (job killed: )?prolog(ue)? (failed|error)|Pre-exec(ution)? command failed",
        "the scheduler's prolog failed on the node (Slurm drains it): read the node's prolog output, fix the node, resume it"),
     _r("host-machine-check", NO, 87,
        r"mce: \[Hardware Error\]|Machine check events logged|Machine Check Exception|EDAC [^\n]{0,60}(MEMORY ERROR|Uncorrected|UE )",
@@ -183,7 +183,9 @@ RULES: tuple[Rule, ...] = (
        "NCCL found no usable network interface: set NCCL_SOCKET_IFNAME to the node's real interface"),
     # aws-ofi-nccl finds no libfabric provider (EFA/verbs) to use: the devices are not visible in
     # the container or libfabric lacks the provider; nothing was sent, so not a fabric fault.
-    _r("ofi-no-provider", EN, 72, r"NET/OFI [^\n]{0,120}(fi_getinfo\(\) call failed|No eligible providers|Unable to find a (usable )?provider|Couldn't find (any )?(optimal )?provider)",
+    # NCCL_NET names a network (plugin) this node's NCCL cannot load: "NCCL WARN Error: network AWS
+    # Libfabric not found" (the plugin's library missing or misnamed, e.g. NCCL_NET_PLUGIN=ofi).
+    _r("ofi-no-provider", EN, 72, r"NET/OFI [^\n]{0,120}(fi_getinfo\(\) call failed|No eligible providers|Unable to find a (usable )?provider|Couldn't find (any )?(optimal )?provider)|NCCL WARN Error: network [^\n]{1,60} not found",
        "the NCCL OFI plugin found no usable libfabric provider: expose /dev/infiniband (EFA/verbs devices) to "
        "the container and check FI_PROVIDER and the libfabric install"),
     # A segment NCCL could not grow because /dev/shm is full is shared memory exhausted, like the
@@ -228,13 +230,14 @@ RULES: tuple[Rule, ...] = (
     _r("dist-timeout", NC, 50, r"(NCCL|c10d|ProcessGroup|barrier|all_?reduce|allgather|broadcast)[^\n]{0,120}(timed out|timeout)",
        "a distributed operation timed out: look for a dead or slow rank", confidence=0.6),
     # --- Host memory -----------------------------------------------------------------------------
-    _r("oom-killer", HO, 85, r"invoked oom-killer|Out of memory: Kill(ed)? process|oom-kill:|Memory cgroup out of memory",
+    # runc's "container init was OOM-killed": the container's memory cgroup, the same kill.
+    _r("oom-killer", HO, 85, r"invoked oom-killer|Out of memory: Kill(ed)? process|oom-kill:|Memory cgroup out of memory|OOM-killed",
        "host RAM exhausted (OOM killer): ask the user to lower memory use or request more --mem"),
     # The rest of the kernel's OOM report (mm/oom_kill.c, show_mem): the killed task's line, the
     # reaper, and a memory summary with swap gone; any one of them in a job's dmesg excerpt.
     _r("kernel-oom-report", HO, 84, r"Killed process [0-9]+ \([^\n)]{1,40}\) total-vm|oom_reaper: reaped process|Out of memory and no killable processes|Free swap += 0kB",
        "the kernel ran out of RAM (its OOM report): ask the user to lower memory use or request more --mem", confidence=0.75),
-    _r("slurm-oom-kill", HO, 85, r"oom[-_]kill event|out-of-memory handler|(^|[^\n_A-Za-z])OUT_OF_MEMORY|task [0-9]+: Out Of Memory|OOMKilled|OOM-killed",
+    _r("slurm-oom-kill", HO, 85, r"oom[-_]kill event|out-of-memory handler|(^|[^\n_A-Za-z])OUT_OF_MEMORY|task [0-9]+: Out Of Memory|OOMKilled",
        "Slurm killed the job for exceeding its memory: request more --mem or reduce usage"),
     _r("memory-limit-exceeded", HO, 84, r"Exceeded (job|step) memory limit|low on resource: memory|memory limit exceeded|Memory limit reached",
        "the job went over its memory limit: request more --mem or reduce host memory use"),
@@ -344,7 +347,7 @@ RULES: tuple[Rule, ...] = (
        "driver and CUDA runtime do not match: use a matching container or update the driver"),
     _r("no-cuda-device", EN, 72, r"no CUDA-capable device|No CUDA GPUs are available|Found no NVIDIA driver|CUDA_ERROR_NO_DEVICE|NVIDIA-SMI has failed|Torch not compiled with CUDA|CUDA driver initialization failed|cuInit: CUDA_ERROR|CUDA unknown error - this may be due to an incorrectly set up environment",
        "no usable GPU/driver in the job: check CUDA_VISIBLE_DEVICES, gres request and the driver"),
-    _r("no-kernel-image", EN, 72, r"no kernel image is available for execution|not compatible with the current PyTorch installation|sm_[0-9]+ is not compatible|Unsupported gpu architecture|CUDA_ERROR_NO_BINARY_FOR_GPU",
+    _r("no-kernel-image", EN, 72, r"no kernel image is available for execution|not compatible with the current PyTorch installation|sm_[0-9]+ is not compatible|Unsupported gpu architecture|CUDA_ERROR_NO_BINARY_FOR_GPU|hipErrorNoBinaryForGpu|Unable to find code object for all current devices|Kokkos::Cuda::initialize ERROR: likely mismatch of architecture",
        "binary built for another GPU architecture: rebuild or use a matching wheel"),
     _r("cuda-version-mismatch", EN, 71, r"detected CUDA version[^\n]{0,40}mismatches|Installed CUDA version [0-9.]+ does not match the version torch was compiled with|CUDA version [0-9.]+ does not match[^\n]{0,40}(torch|PyTorch)|compiled with different CUDA versions|CUDA_HOME (environment variable )?(is not set|does not exist)",
        "CUDA toolkit versions disagree: align the toolkit with the framework build"),
@@ -528,7 +531,8 @@ RULES: tuple[Rule, ...] = (
        "transformers' model-loading report (new or unused weights) is printed at every fine-tuning start: harmless; nothing in the log says the job failed", confidence=0.45),
     # Launchers' start-up notices printed by every healthy run: torchrun pinning OMP_NUM_THREADS,
     # DeepSpeed saying its own NCCL comms backend is not merged (it uses torch.distributed).
-    _r("launcher-startup-notice", OK, 4, r"Setting OMP_NUM_THREADS environment variable for each process to be 1 in default|NCCL backend in DeepSpeed not yet implemented",
+    # c10d's store client tries IPv6 first and warns with errno 97 before it falls back to IPv4.
+    _r("launcher-startup-notice", OK, 4, r"Setting OMP_NUM_THREADS environment variable for each process to be 1 in default|NCCL backend in DeepSpeed not yet implemented|\(errno: 97 - Address family not supported by protocol\)",
        "a launcher's routine start-up notice: harmless; nothing in the log says the job failed", confidence=0.45),
     # Serving jobs: a benchmark that printed its summary, a server that came up and listens.
     _r("serving-up", OK, 5, r"# Out of bounds values : 0 OK|(size|bytes) +count +type +redop +root +time +algbw +busbw +#wrong|\"(GET|POST) /v1/[a-z/_]+ HTTP/[0-9.]+\" 200\b|Serving Benchmark Result|Benchmarking summary|Throughput: [0-9.]+ requests/s|Successful requests: +[1-9]|Starting vLLM server on|Application startup complete|The server is fired up and ready",

@@ -91,8 +91,8 @@ def _rounds(tmp_path, keep) -> Path:
 
 
 def test_second_corpus_of_real_excerpts_from_other_threads(tmp_path) -> None:
-    """801 excerpts from threads outside the dev set (see harvest-README.md), rounds A-S."""
-    assert evaluate_corpus(HARVEST).total == 801
+    """831 excerpts from threads and documents outside the dev set (see harvest-README.md), rounds A-T."""
+    assert evaluate_corpus(HARVEST).total == 831
     # Rounds A-H (308 rows): floors just under today's figures (accuracy 0.860; 0.984 unambiguous).
     report = evaluate_corpus(_rounds(tmp_path, lambda r: r not in {row[0] for row in ROUND_FLOORS}))
     assert report.total == 308
@@ -181,6 +181,13 @@ ROUND_FLOORS: list[tuple[str, int, float, float]] = [
     # attributes not found, a library's own version check, pyxis unable to run enroot): 0.765
     # (1.000), macro-F1 0.707. Floors at today's figures.
     ("S", 17, 0.765 - 1e-3, 1.0 - 1e-3),
+    # Round T (30 rows, 11 ambiguous; 2026-12-06; 18 from sites' and vendors' troubleshooting
+    # documents): scored on a frozen copy of commit 85a5dbb (round S's families and the fallback
+    # retrained on A-S in) before any rule was changed for it: 0.433 (0.579 unambiguous), macro-F1
+    # 0.599, the same with --no-learned. After its families (NCCL's named network not found, HIP's
+    # and Kokkos' binaries for another GPU, PrologSlurmctld failing, c10d's IPv6 fallback warning as
+    # weak success): 0.600 (0.737), macro-F1 0.722. Floors at today's figures.
+    ("T", 30, 0.600 - 1e-3, 0.737 - 1e-3),
 ]
 
 

@@ -91,8 +91,8 @@ def _rounds(tmp_path, keep) -> Path:
 
 
 def test_second_corpus_of_real_excerpts_from_other_threads(tmp_path) -> None:
-    """831 excerpts from threads and documents outside the dev set (see harvest-README.md), rounds A-T."""
-    assert evaluate_corpus(HARVEST).total == 831
+    """862 excerpts from threads and documents outside the dev set (see harvest-README.md), rounds A-U."""
+    assert evaluate_corpus(HARVEST).total == 862
     # Rounds A-H (308 rows): floors just under today's figures (accuracy 0.860; 0.984 unambiguous).
     report = evaluate_corpus(_rounds(tmp_path, lambda r: r not in {row[0] for row in ROUND_FLOORS}))
     assert report.total == 308
@@ -166,8 +166,9 @@ ROUND_FLOORS: list[tuple[str, int, float, float]] = [
     # numpy's floating-point warnings as weak numerical, NCCL's shm segment: permission denied is
     # environment and a full /dev/shm host_oom, package managers finding no package, CUDA error 802,
     # TensorFlow's ResourceExhausted for a disk quota, WRF's completion lines, fsspec timeouts,
-    # MPI launchers' signal-6 deaths): 0.558 (0.917), macro-F1 0.540. Floors at today's figures.
-    ("Q", 52, 0.558 - 1e-3, 0.917 - 1e-3),
+    # MPI launchers' signal-6 deaths): 0.558 (0.917), macro-F1 0.540; 0.577 (0.958) with round U's
+    # PMIx error prints as weak success. Floors at today's figures.
+    ("Q", 52, 0.577 - 1e-3, 0.958 - 1e-3),
     # Round R (27 rows, 20 ambiguous; 2026-12-06): scored on a frozen copy of commit 7b6be31 (round
     # Q's families in) before any rule was changed for it: 0.593 (0.714 unambiguous), macro-F1
     # 0.576, the same with --no-learned. After its families (a CUDA kernel's own assert line, CUDA's
@@ -188,6 +189,13 @@ ROUND_FLOORS: list[tuple[str, int, float, float]] = [
     # and Kokkos' binaries for another GPU, PrologSlurmctld failing, c10d's IPv6 fallback warning as
     # weak success): 0.600 (0.737), macro-F1 0.722. Floors at today's figures.
     ("T", 30, 0.600 - 1e-3, 0.737 - 1e-3),
+    # Round U (31 rows, 4 ambiguous; 2026-12-06; HPC sites' and frameworks' troubleshooting
+    # documents): scored on a frozen copy of commit 7770411 (round T's families in) before any rule
+    # was changed for it: 0.516 (0.556 unambiguous), macro-F1 0.657, the same with --no-learned.
+    # After its families (ssh refused by key or host key, a job step's invalid request, Kubernetes'
+    # PreemptionByScheduler, quota notices, Cray MPICH's GTL not linked, PMIx's own error prints as
+    # weak success): 0.710 (0.741), macro-F1 0.820. Floors at today's figures.
+    ("U", 31, 0.710 - 1e-3, 0.741 - 1e-3),
 ]
 
 

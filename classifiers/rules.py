@@ -16,7 +16,8 @@ explains; 86 NCCL's /dev/shm set-up (environment) beats the DataLoader shm row (
 the NCCL socket row (85) that shares its "failed :" wording, and 87 the same segment failing for a
 full /dev/shm (host_oom) beats both; 81 a GPU allocator's own failure
 (`cuMemAlloc failed: out of memory`) beats the Python MemoryError that wraps it (host_oom, 80);
-81 TensorFlow's ResourceExhaustedError naming a disk quota beats the GPU OOM row (80) of that name.
+81 TensorFlow's ResourceExhaustedError naming a disk quota beats the GPU OOM row (80) of that name;
+41 an uncaught C++ exception (`terminate called after throwing`) beats the SIGABRT it causes (40).
 Two environment rows sit outside their band on purpose: sigill at crash-signal priority (40), so
 any named cause printed with it wins, and user-lookup-failed at 4, since a container's unnamed uid
 prints it in good runs too.
@@ -489,7 +490,9 @@ RULES: tuple[Rule, ...] = (
     _r("app-error-at-source", SW, 28, r"^[ \t>]*(ERROR|FATAL|Error)[: ][^\n]{0,300}\([A-Za-z0-9_./-]+\.(c|cc|cpp|cxx|cu|f|f90|F90):[0-9]+\)|Called CmiAbort|MPI_ABORT was invoked|calling MPI_Abort|\bPMPI_Abort\b",
        "the program stopped on its own error check: read its message (a bug, or an option the build does not support)",
        confidence=0.5, caseless=False),
-    _r("cpp-exception", SW, 29, r"terminate called after throwing an instance of|what\(\): ",
+    # std::terminate calls abort(): an uncaught C++ exception is what the SIGABRT after it reports,
+    # so it sits one point above the explicit signal rows (40).
+    _r("cpp-exception", SW, 41, r"terminate called after throwing an instance of|what\(\): ",
        "an uncaught C++ exception: read the what() line", confidence=0.6),
     # --- Crash signals (no clearer cause) --------------------------------------------------------
     _r("sigsegv", CS, 42, r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 |WTERMSIG 11\b|exitcode *: *-11\b|return ?code *[=:]? *-11\b|segfault",

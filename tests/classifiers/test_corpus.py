@@ -91,8 +91,8 @@ def _rounds(tmp_path, keep) -> Path:
 
 
 def test_second_corpus_of_real_excerpts_from_other_threads(tmp_path) -> None:
-    """862 excerpts from threads and documents outside the dev set (see harvest-README.md), rounds A-U."""
-    assert evaluate_corpus(HARVEST).total == 862
+    """877 excerpts from threads and documents outside the dev set (see harvest-README.md), rounds A-V."""
+    assert evaluate_corpus(HARVEST).total == 877
     # Rounds A-H (308 rows): floors just under today's figures (accuracy 0.860; 0.984 unambiguous).
     report = evaluate_corpus(_rounds(tmp_path, lambda r: r not in {row[0] for row in ROUND_FLOORS}))
     assert report.total == 308
@@ -196,6 +196,12 @@ ROUND_FLOORS: list[tuple[str, int, float, float]] = [
     # PreemptionByScheduler, quota notices, Cray MPICH's GTL not linked, PMIx's own error prints as
     # weak success): 0.710 (0.741), macro-F1 0.820. Floors at today's figures.
     ("U", 31, 0.710 - 1e-3, 0.741 - 1e-3),
+    # Round V (15 rows, 1 ambiguous; 2026-12-06; training chronicles of large runs and HPC sites'
+    # documents): scored on a frozen copy of commit 8e2eda3 (round U's families in) before any rule
+    # was changed for it: 0.600 (0.571 unambiguous), macro-F1 0.630, the same with --no-learned.
+    # After its family (an uncaught C++ exception beats the SIGABRT it causes): 0.667 (0.643),
+    # macro-F1 0.697. Floors at today's figures.
+    ("V", 15, 0.667 - 1e-3, 0.643 - 1e-3),
 ]
 
 

@@ -139,3 +139,14 @@ def test_cuda_ecc_wording_defers_to_the_catalogued_xid_in_the_kernel_log() -> No
     assert classify_text(log).signature == "ecc-uncorrectable"
     # an informational Xid (63, IGNORE) does not take over
     assert classify_text(log, kernel_text="NVRM: Xid (PCI:0000:3b:00): 63, pid=1, Row Remapper\n").signature == "ecc-uncorrectable"
+
+
+def test_an_uncaught_cpp_exception_beats_the_sigabrt_it_causes() -> None:
+    # std::terminate calls abort(): the exception is the cause, the SIGABRT its echo.
+    text = ("terminate called after throwing an instance of 'char const*'\n"
+            "Program received signal SIGABRT: Process abort signal.\n"
+            "slurm_script: line 104: 811018 Aborted                 (core dumped) wave S3.mdw\n")
+    verdict = classify_text(text)
+    assert (verdict.cause, verdict.signature) == (Cause.SOFTWARE_BUG, "cpp-exception")
+    # a bare SIGABRT with no exception stays a crash signal
+    assert classify_text("Program received signal SIGABRT: Process abort signal.\n").cause is Cause.CRASH_SIGNAL

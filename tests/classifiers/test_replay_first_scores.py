@@ -38,6 +38,8 @@ def test_replay_reproduces_round_r_first_score() -> None:
     # the guesses can only add right answers to the rules' own
     assert r["guess_p>=0.0"]["accuracy"] >= r["rules"]
     assert 0.0 <= r["model_alone"] <= 1.0 and table["all"]["rows"] == 27
+    d = r["disagree"]
+    assert d["rules_right"] + d["model_right"] <= d["rows"] <= r["rows"] - r["rules_unknown"]
 
 
 def test_unknown_round_is_a_usage_error() -> None:

@@ -91,8 +91,8 @@ def _rounds(tmp_path, keep) -> Path:
 
 
 def test_second_corpus_of_real_excerpts_from_other_threads(tmp_path) -> None:
-    """877 excerpts from threads and documents outside the dev set (see harvest-README.md), rounds A-V."""
-    assert evaluate_corpus(HARVEST).total == 877
+    """888 excerpts from threads and documents outside the dev set (see harvest-README.md), rounds A-W."""
+    assert evaluate_corpus(HARVEST).total == 888
     # Rounds A-H (308 rows): floors just under today's figures (accuracy 0.860; 0.984 unambiguous).
     report = evaluate_corpus(_rounds(tmp_path, lambda r: r not in {row[0] for row in ROUND_FLOORS}))
     assert report.total == 308
@@ -202,6 +202,12 @@ ROUND_FLOORS: list[tuple[str, int, float, float]] = [
     # After its family (an uncaught C++ exception beats the SIGABRT it causes): 0.667 (0.643),
     # macro-F1 0.697. Floors at today's figures.
     ("V", 15, 0.667 - 1e-3, 0.643 - 1e-3),
+    # Round W (11 rows, none ambiguous; 2026-12-06; training logbooks, post-mortems, Chinese and
+    # Japanese FAQs): scored on a frozen copy of commit 8777676 before any rule was changed for it:
+    # 0.636 (the same on its unambiguous rows), macro-F1 0.650, the same with --no-learned. Its four
+    # misses are no family a rule can name from the text (see harvest-README.md); floors at the
+    # first score.
+    ("W", 11, 0.636 - 1e-3, 0.636 - 1e-3),
 ]
 
 

@@ -213,7 +213,10 @@ ROUND_FLOORS: list[tuple[str, int, float, float]] = [
 
 @pytest.mark.parametrize(("prefix", "rows", "accuracy", "unambiguous"), ROUND_FLOORS, ids=[r[0] for r in ROUND_FLOORS])
 def test_harvest_round_keeps_its_floor(tmp_path, prefix: str, rows: int, accuracy: float, unambiguous: float) -> None:
-    report = evaluate_corpus(_rounds(tmp_path, lambda r: r == prefix))
+    corpus = _rounds(tmp_path, lambda r: r == prefix)
+    report = evaluate_corpus(corpus)
     assert report.total == rows
     assert report.accuracy >= accuracy, report.mistakes
-    assert report.unambiguous is not None and report.unambiguous.accuracy >= unambiguous, report.mistakes
+    # A round with no ambiguous row has no separate unambiguous report: its rows are all unambiguous.
+    clear = report.unambiguous if any(row.ambiguous for row in load_corpus(corpus)) else report
+    assert clear is not None and clear.accuracy >= unambiguous, report.mistakes

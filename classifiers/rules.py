@@ -17,7 +17,9 @@ the NCCL socket row (85) that shares its "failed :" wording, and 87 the same seg
 full /dev/shm (host_oom) beats both; 81 a GPU allocator's own failure
 (`cuMemAlloc failed: out of memory`) beats the Python MemoryError that wraps it (host_oom, 80);
 81 TensorFlow's ResourceExhaustedError naming a disk quota beats the GPU OOM row (80) of that name;
-41 an uncaught C++ exception (`terminate called after throwing`) beats the SIGABRT it causes (40).
+41 an uncaught C++ exception (`terminate called after throwing`) beats the SIGABRT it causes (40),
+and 42 a CUDA error beats both (the exception that wraps it, the signal that follows it), so its
+Xid alternative stays on the verdict.
 Two environment rows sit outside their band on purpose: sigill at crash-signal priority (40), so
 any named cause printed with it wins, and user-lookup-failed at 4, since a container's unnamed uid
 prints it in good runs too.
@@ -480,7 +482,7 @@ RULES: tuple[Rule, ...] = (
        "NCCL was called wrongly (mismatched collectives, duplicate GPU per rank): " + USER),
     _r("shape-mismatch", SW, 44, r"size mismatch|shape mismatch|Expected all tensors to be on the same device|mat1 and mat2 shapes cannot be multiplied|must match the size of tensor",
        USER),
-    _r("cuda-error", SW, 32, r"CUDA error: |CUDA_ERROR_|cudaError|CUBLAS_STATUS_|CUDNN_STATUS_|unhandled cuda error",
+    _r("cuda-error", SW, 42, r"CUDA error: |CUDA_ERROR_|cudaError|CUBLAS_STATUS_|CUDNN_STATUS_|unhandled cuda error",
        "a CUDA call failed: read the error; hardware only if it repeats on one node", confidence=0.6),
     _r("py-{1}", SW, 31, r"\b([A-Z][A-Za-z0-9_]*(Error|Exception)): ", USER, caseless=False, confidence=0.7),
     _r("py-traceback", SW, 30, r"Traceback \(most recent call last\)", USER, confidence=0.6, caseless=False),

@@ -150,3 +150,14 @@ def test_an_uncaught_cpp_exception_beats_the_sigabrt_it_causes() -> None:
     assert (verdict.cause, verdict.signature) == (Cause.SOFTWARE_BUG, "cpp-exception")
     # a bare SIGABRT with no exception stays a crash signal
     assert classify_text("Program received signal SIGABRT: Process abort signal.\n").cause is Cause.CRASH_SIGNAL
+
+
+def test_a_cuda_error_wrapped_in_an_uncaught_exception_keeps_its_gpu_alternative() -> None:
+    # The exception is only the CUDA error's carrier: the verdict stays the CUDA error, with the
+    # Xid test that tells a faulty GPU from a bug.
+    text = ("terminate called after throwing an instance of 'c10::Error'\n"
+            "  what():  CUDA error: invalid configuration argument\n"
+            "Aborted (core dumped)\n")
+    verdict = classify_text(text)
+    assert (verdict.cause, verdict.signature) == (Cause.SOFTWARE_BUG, "cuda-error")
+    assert Cause.GPU_HARDWARE in {a.cause for a in verdict.alternatives}

@@ -32,6 +32,11 @@ class Cause(StrEnum):
     UNKNOWN = "unknown"
 
 
+# A verdict whose signature starts with this is the learned model leaning, below the precision an
+# action needs (classifiers.learned): the remediation policy reports it and never acts on it.
+GUESS_SIGNATURE_PREFIX = "learned-guess:"
+
+
 class Evidence(BaseModel):
     """One line that decided a verdict. `line` is 1-based within `source`."""
 

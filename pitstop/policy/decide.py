@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from pitstop.cluster.base import JobChanges, JobRecord, NodeInfo
-from pitstop.models import Cause, Verdict
+from pitstop.models import GUESS_SIGNATURE_PREFIX, Cause, Verdict
 from pitstop.policy.history import DrainRecord, History
 from pitstop.policy.model import (
     ESCALATE,
@@ -250,8 +250,9 @@ def decide(
         decided_at=now,
     )
     involved = sorted({*(job.nodes if job else []), *([node] if node else []), *(faulty_nodes or [])})
-    storm = find_switch_storm(policy.switch_storm, history.switches, history.cluster_recent, verdict.cause,
-                              involved, job.job_id if job else None, now)
+    storm = None if verdict.signature.startswith(GUESS_SIGNATURE_PREFIX) else find_switch_storm(
+        policy.switch_storm, history.switches, history.cluster_recent, verdict.cause, involved,
+        job.job_id if job else None, now)
     if storm is not None:
         # one fabric incident owns the switch: no node of it is drained, reset or ticketed here
         decision.switch_storm = storm

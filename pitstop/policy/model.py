@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pitstop.files import open_regular, read_at_most
-from pitstop.models import Cause
+from pitstop.models import GUESS_SIGNATURE_PREFIX, Cause
 from pitstop.node.xid import XID_CATALOG
 from pitstop.policy.locate import PolicyIssue, issues_from_errors, load_with_nodes, node_line, yaml_problem
 
@@ -281,6 +281,12 @@ class Policy(_Strict):
         default_factory=lambda: [ActionTemplate(kind=ActionKind.NOTIFY_OPS)],
         description="used when no rule matches",
     )
+    guesses: list[ActionTemplate] = Field(
+        default_factory=lambda: [ActionTemplate(kind=ActionKind.NOTIFY_USER), ActionTemplate(kind=ActionKind.NOTIFY_OPS)],
+        min_length=1,
+        description=f"what to do for a verdict the classifier marks as a guess ({GUESS_SIGNATURE_PREFIX}*), "
+                    "whatever its cause: only reporting kinds",
+    )
 
     @model_validator(mode="after")
     def _ladders_exist(self) -> "Policy":
@@ -293,6 +299,10 @@ class Policy(_Strict):
                 raise ValueError(
                     f"rules[{i}] ({rule.rule_id}) names ladder {rule.ladder!r}; ladders: {known}"
                 )
+        acting = sorted({a.kind.value for a in self.guesses} - {k.value for k in NOTIFYING})
+        if acting:
+            raise ValueError(f"guesses may only report ({', '.join(sorted(k.value for k in NOTIFYING))}), "
+                             f"not {', '.join(acting)}: a guess is below the precision an action needs")
         for name, plan in self.xid_buckets.items():
             if name not in KNOWN_BUCKETS:
                 raise ValueError(
@@ -316,7 +326,11 @@ class Policy(_Strict):
     def rule_for(self, cause: Cause, signature: str, ran_minutes: float | None = None) -> Rule | None:
         """A rule naming the signature (first in file order), else the Xid's NVIDIA bucket plan,
         else the cause's catch-all rule: a specific rule always beats a catch-all. Rules narrowed
-        by `ran_at_least_minutes` match only a job known to have run that long (`ran_minutes`)."""
+        by `ran_at_least_minutes` match only a job known to have run that long (`ran_minutes`).
+        A guess (GUESS_SIGNATURE_PREFIX) gets `guesses`, whatever its cause."""
+        if signature.startswith(GUESS_SIGNATURE_PREFIX):
+            return Rule(cause=cause, signature=signature, actions=self.guesses,
+                        description="the classifier's guess, below the precision an action needs: reported only")
         specific = next((r for r in self.rules
                          if r.signature is not None and r.matches(cause, signature, ran_minutes)), None)
         if specific is not None:

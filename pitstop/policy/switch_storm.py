@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, Field
 
 from pitstop.cluster.hostlist import compress
-from pitstop.models import Cause
+from pitstop.models import GUESS_SIGNATURE_PREFIX, Cause
 from pitstop.policy.history import PastIncident, as_utc
 from pitstop.policy.model import SwitchStormRule
 
@@ -43,6 +43,8 @@ class SwitchStorm(BaseModel):
 
 
 def _counts(incident: PastIncident, causes: set[Cause]) -> bool:
+    if incident.signature.startswith(GUESS_SIGNATURE_PREFIX):  # a guess is no evidence against a switch
+        return False
     return incident.cause in causes or (incident.cause is Cause.UNKNOWN and incident.signature == PENDING_SIGNATURE)
 
 

@@ -171,6 +171,8 @@ CASES: list[tuple[str, str, str]] = [
     ("ImportError: cannot import name 'LlamaForCausalLM' from 'transformers'", "environment", "py-ImportError"),
     ("RuntimeError: The NVIDIA driver on your system is too old (found version 11040).", "environment", "driver-too-old"),
     ("Failed to initialize NVML: Driver/library version mismatch", "environment", "driver-too-old"),
+    ("Error loading CUDA module: CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222)", "environment", "driver-too-old"),
+    ("RuntimeError: CUDA error: the provided PTX was compiled with an unsupported toolchain.", "environment", "driver-too-old"),
     ("RuntimeError: No CUDA GPUs are available", "environment", "no-cuda-device"),
     ("RuntimeError: CUDA error: no kernel image is available for execution on the device", "environment", "no-kernel-image"),
     ("RuntimeError: The detected CUDA version (12.1) mismatches the version that was used to compile PyTorch (11.8).", "environment", "cuda-version-mismatch"),
@@ -236,6 +238,8 @@ CASES: list[tuple[str, str, str]] = [
     ("RuntimeError: Rank 0: found NaN in local forward loss calculation. Device: 0, node: gpu01", "numerical", "nan-detected"),
     ("ValueError: Encountered NaN in the loss at step 812", "numerical", "nan-detected"),
     ("FloatingPointError: Loss became infinite or NaN at iteration=2137!", "numerical", "loss-nan"),
+    ("12000 2.4187\n12010 nan\n12020 nan", "numerical", "metrics-row-nan"),
+    ("step,loss,lr\n500,3.2104,0.0003\n510,inf,0.0003", "numerical", "metrics-row-nan"),
     ("FloatingPointError: gradients are non-finite", "numerical", "py-FloatingPointError"),
     # Preemption / cancellation
     ("slurmstepd: error: *** JOB 11509447 ON nodeau01 CANCELLED AT 2026-03-25T10:34:07 DUE TO PREEMPTION ***", "preempted", "slurm-preempted"),
@@ -257,6 +261,8 @@ CASES: list[tuple[str, str, str]] = [
     # Time limit
     ("slurmstepd: error: *** JOB 608 ON gpu02 CANCELLED AT 2022-08-12T02:06:12 DUE TO TIME LIMIT ***", "time_limit", "slurm-time-limit"),
     ("=>> PBS: job killed: walltime 3605 exceeded limit 3600", "time_limit", "walltime-exceeded"),
+    ("Caused by:\n  Process `BWA_MEM (sample7)` terminated with an error exit status (140)", "time_limit", "exit-140-run-limit"),
+    ("Subject: Job 4471233: <train> in cluster <hpc> Exited\nExited with exit code 140.", "time_limit", "exit-140-run-limit"),
     ("job 4411 exceeded hard wallclock time - initiate terminate method", "time_limit", "walltime-exceeded"),
     ("flux-job: task(s) exited with exit code 143\n0.123s: job.exception type=timeout severity=0 resource allocation expired", "time_limit", "walltime-exceeded"),
     ("submitit INFO (2021-04-01 03:25:27,643) - Job has timed out. Ran 120 minutes out of requested 120 minutes.", "time_limit", "submitit-timed-out"),

@@ -22,6 +22,8 @@ from classifiers.evaluate import evaluate_corpus
 from classifiers.learned import (
     CONFIDENCE_CAP,
     EXCERPT_BYTES,
+    GUESS_CONFIDENCE_CAP,
+    LEAN_FLOOR,
     NEVER_ANSWERS,
     NEVER_THRESHOLD,
     TAIL_BYTES,
@@ -33,7 +35,7 @@ from classifiers.learned import (
     load_model,
     predict,
 )
-from pitstop.models import Cause, Verdict
+from pitstop.models import GUESS_SIGNATURE_PREFIX, Alternative, Cause, Evidence, Verdict
 
 REPO = Path(__file__).resolve().parents[2]
 CORPORA = REPO / "tests" / "fixtures" / "classifiers"
@@ -87,22 +89,28 @@ def _with_threshold(tmp_path: Path, threshold: float) -> Path:
 
 
 def test_answers_exactly_when_the_model_is_sure_enough_and_says_so(tmp_path: Path) -> None:
-    # The mechanism at a threshold that splits these rows, whatever threshold the build shipped.
+    # The mechanism at a threshold that splits these rows, whatever threshold the build shipped:
+    # at or above it an answer, between the lean floor and it a guess, below the floor unknown.
     path = _with_threshold(tmp_path, 0.8)
     model = load_model(path)
-    answered = abstained = 0
+    answered = leaned = abstained = 0
     for row in _rows("dev.jsonl") + [r for r in _rows("harvest.jsonl") if r["id"].startswith("I-")]:
         excerpt = excerpt_of_text(row["text"], "log")
         guess = predict(model, [excerpt])
         verdict = fallback(UNKNOWN, [excerpt], model_path=path)
-        sure = guess.probability >= model.threshold and guess.cause not in NEVER_ANSWERS
-        assert (verdict.cause is not Cause.UNKNOWN) == sure, row["id"]
-        if sure:
+        nameable = guess.cause not in NEVER_ANSWERS
+        if nameable and guess.probability >= model.threshold:
             answered += 1
             assert verdict.cause is guess.cause and verdict.signature == f"learned:{guess.cause.value}"
             assert verdict.confidence <= CONFIDENCE_CAP and "learned fallback" in verdict.decided_by
             shown = {text for _, text in excerpt.lines()}
             assert verdict.evidence and all(e.text in shown for e in verdict.evidence)
+        elif nameable and guess.probability >= LEAN_FLOOR:
+            leaned += 1
+            assert verdict.cause is guess.cause and verdict.signature == f"{GUESS_SIGNATURE_PREFIX}{guess.cause.value}"
+            assert verdict.confidence <= GUESS_CONFIDENCE_CAP < CONFIDENCE_CAP
+            assert "below its answering threshold 0.80" in verdict.decided_by and "a guess" in verdict.hint
+            assert verdict.cause not in {a.cause for a in verdict.alternatives}
         else:
             abstained += 1
             assert verdict.signature == "no-match" and "abstained" in verdict.decided_by
@@ -111,11 +119,12 @@ def test_answers_exactly_when_the_model_is_sure_enough_and_says_so(tmp_path: Pat
             assert [a.cause for a in verdict.alternatives] == [c for c, _ in named][: learned.MAX_GUESSES]
             assert all(a.signature == f"learned:{a.cause.value}" and a.confidence <= CONFIDENCE_CAP
                        for a in verdict.alternatives)
-    assert answered and abstained  # both sides of the threshold are exercised
+    assert answered and leaned and abstained  # every side of both lines is exercised
 
 
-def test_an_abstaining_guess_is_an_alternative_not_the_cause(tmp_path: Path) -> None:
+def test_an_abstaining_guess_is_an_alternative_not_the_cause(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _with_threshold(tmp_path, NEVER_THRESHOLD)
+    monkeypatch.setattr(learned, "LEAN_FLOOR", 1.0)  # below the floor: no guess as the cause either
     excerpt = excerpt_of_text("RuntimeError: CUDA error: out of memory; tried to allocate 2.00 GiB on device 0", "log")
     verdict = fallback(UNKNOWN, [excerpt], model_path=path)
     assert verdict.cause is Cause.UNKNOWN and verdict.alternatives
@@ -133,9 +142,10 @@ def test_a_model_that_never_reached_its_target_only_guesses(tmp_path: Path) -> N
     path = _with_threshold(tmp_path, NEVER_THRESHOLD)
     line = "RuntimeError: CUDA error: out of memory; tried to allocate 2.00 GiB on device 0"
     excerpt = excerpt_of_text(line, "log")
-    assert predict(load_model(path), [excerpt]).probability > 0.5  # a confident guess, still not an answer
+    assert predict(load_model(path), [excerpt]).probability > LEAN_FLOOR  # a confident guess, still not an answer
     verdict = fallback(UNKNOWN, [excerpt], model_path=path)
-    assert verdict.cause is Cause.UNKNOWN and "never reached its precision target" in verdict.decided_by
+    assert verdict.cause is Cause.CUDA_OOM and verdict.signature == f"{GUESS_SIGNATURE_PREFIX}cuda_oom"
+    assert "below its answering threshold" in verdict.decided_by and verdict.confidence <= GUESS_CONFIDENCE_CAP
 
 
 def test_never_calls_a_job_successful() -> None:
@@ -145,17 +155,54 @@ def test_never_calls_a_job_successful() -> None:
     assert verdict.cause is not Cause.SUCCESS
 
 
-def test_never_applied_when_a_rule_decides() -> None:
-    decided = 0
-    for row in _rows("dev.jsonl"):
+def test_never_applied_when_a_rule_decides_and_only_leans_over_a_weak_catch_all() -> None:
+    decided = overruled = 0
+    for row in _rows("dev.jsonl") + _rows("harvest.jsonl"):
         rules_only = classify_text(row["text"], learned=False)
         with_fallback = classify_text(row["text"])
-        if rules_only.cause is not Cause.UNKNOWN:
-            decided += 1
-            assert with_fallback == rules_only, row["id"]
-        else:
-            assert with_fallback.cause is Cause.UNKNOWN or with_fallback.signature.startswith("learned:")
-    assert decided > 100
+        if rules_only.cause is Cause.UNKNOWN:
+            assert with_fallback.cause is Cause.UNKNOWN or with_fallback.signature.startswith(
+                ("learned:", GUESS_SIGNATURE_PREFIX)), row["id"]
+            continue
+        weak = (rules_only.cause in learned.OVERRULABLE and rules_only.confidence <= learned.WEAK_RULE_CONFIDENCE
+                and not any(a.settled_by for a in rules_only.alternatives))
+        if with_fallback == rules_only:
+            decided += not weak
+            continue
+        # Overruled: only a weak catch-all, only as a guess, and the rule stays first among the alternatives.
+        assert weak, row["id"]
+        overruled += 1
+        assert with_fallback.signature == f"{GUESS_SIGNATURE_PREFIX}{with_fallback.cause.value}", row["id"]
+        assert with_fallback.cause is not rules_only.cause and with_fallback.confidence <= GUESS_CONFIDENCE_CAP
+        first = with_fallback.alternatives[0]
+        assert (first.cause, first.signature) == (rules_only.cause, rules_only.signature)
+        assert "weak" in with_fallback.decided_by and rules_only.signature in with_fallback.decided_by
+    assert decided > 700 and overruled
+
+
+def _overruled_row() -> tuple[str, Verdict]:
+    """A real excerpt whose weak rule verdict the model overrules, with that rules-only verdict."""
+    for row in _rows("harvest.jsonl"):
+        rules_only = classify_text(row["text"], learned=False)
+        if classify_text(row["text"]).signature.startswith(GUESS_SIGNATURE_PREFIX) and rules_only.cause in learned.OVERRULABLE:
+            return row["text"], rules_only
+    raise AssertionError("no harvest row is overruled")
+
+
+def test_a_weak_rule_stands_beside_a_scheduler_fact_node_evidence_or_an_xid() -> None:
+    text, weak = _overruled_row()
+    excerpt = [excerpt_of_text(text, "log")]
+    assert fallback(weak, excerpt).signature.startswith(GUESS_SIGNATURE_PREFIX)
+    # The same verdict backed by the scheduler's own word, or with an alternative the node's kernel
+    # log settles (the post-failure flow gathers it), or naming an Xid: the rule stands.
+    scheduler = weak.model_copy(update={"evidence": [*weak.evidence, Evidence(line=0, text="State=FAILED", source="scheduler")]})
+    settled = weak.model_copy(update={"alternatives": [Alternative(
+        cause=Cause.GPU_HARDWARE, confidence=0.3, tells_apart="an Xid on the node", settled_by="xid")]})
+    xid = weak.model_copy(update={"signature": "xid-13"})
+    strong = weak.model_copy(update={"confidence": learned.WEAK_RULE_CONFIDENCE + 0.01})
+    named = weak.model_copy(update={"cause": Cause.NETWORK_FABRIC})  # not a catch-all cause
+    for kept in (scheduler, settled, xid, strong, named):
+        assert fallback(kept, excerpt) is kept
 
 
 def test_a_decided_verdict_passes_through_untouched() -> None:

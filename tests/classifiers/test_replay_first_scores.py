@@ -38,6 +38,9 @@ def test_replay_reproduces_round_r_first_score() -> None:
     # the guesses can only add right answers to the rules' own
     assert r["guess_p>=0.0"]["accuracy"] >= r["rules"]
     assert 0.0 <= r["model_alone"] <= 1.0 and table["all"]["rows"] == 27
+    # As shipped (classifiers.learned: a lean where the rules say unknown or only a weak catch-all
+    # decided), with the model R's first score had: one unknown became right, nothing right was lost.
+    assert r["shipped"] == 0.630 and r["shipped_changed"] == {"rows": 1, "right": 1, "was_right": 0}
     d = r["disagree"]
     assert d["rules_right"] + d["model_right"] <= d["rows"] <= r["rows"] - r["rules_unknown"]
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
 from pitstop.cluster.base import JobRecord, NodeInfo
 from pitstop.config import Mode
-from pitstop.models import Cause, Evidence, Verdict
+from pitstop.models import GUESS_SIGNATURE_PREFIX, Cause, Evidence, Verdict
+import pitstop.policy as policy_package
 from pitstop.policy import ActionKind, Block, History, ModeState, decide, load_policy
 from pitstop.policy.history import DrainRecord, LemonSignals, PartitionState, PastIncident
 from pitstop.policy.model import parse_policy
@@ -17,6 +19,7 @@ from pitstop.policy.safety import REASON_PREFIX
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 ACT = ModeState(mode=Mode.ACT)
 POLICY = load_policy()
+DEFAULT_POLICY_TEXT = (Path(policy_package.__file__).parent / "default_policy.yaml").read_text(encoding="utf-8")
 
 # A representative signature per cause, as the classifiers name them.
 SIGNATURES = {
@@ -367,3 +370,44 @@ def test_multi_node_job_drains_only_hardware_suspects_and_excludes_every_suspect
     assert not any(a.kind is ActionKind.DRAIN for a in d.actions)
     assert next(a for a in d.actions if a.kind is ActionKind.REQUEUE).job_changes.exclude_nodes == ["n3"]
     assert any("excludes the suspects" in n for n in d.notes)
+
+
+@pytest.mark.parametrize("cause", [c for c in Cause if c not in (Cause.SUCCESS, Cause.UNKNOWN)], ids=lambda c: c.value)
+def test_a_guess_is_reported_and_never_acted_on(cause: Cause) -> None:
+    # The learned model's lean (classifiers.learned): right about three times in four on logs it had
+    # not seen, far below what a drain or a requeue needs, whatever cause it names.
+    guess = verdict(cause, f"{GUESS_SIGNATURE_PREFIX}{cause.value}")
+    d = decide(guess, policy=POLICY, history=roomy_history(), mode=ACT, now=NOW, incident_id=8,
+               job=job(), nodes={"n1": idle("n1")}, faulty_nodes=["n1"])
+    assert kinds(d) == [ActionKind.NOTIFY_USER, ActionKind.NOTIFY_OPS]
+    assert d.rule == f"{cause.value}:{GUESS_SIGNATURE_PREFIX}{cause.value}" and "guess" in d.rule_description
+
+
+def test_a_policy_cannot_make_a_guess_act() -> None:
+    text = DEFAULT_POLICY_TEXT.replace("guesses: [notify_user, notify_ops]", "guesses: [notify_ops, drain]")
+    assert text != DEFAULT_POLICY_TEXT
+    with pytest.raises(Exception, match=r"line [0-9]+: guesses: may only report .*not drain"):
+        parse_policy(text)
+    quiet = parse_policy(DEFAULT_POLICY_TEXT.replace("guesses: [notify_user, notify_ops]", "guesses: [notify_ops]"))
+    d = decide(verdict(Cause.GPU_HARDWARE, f"{GUESS_SIGNATURE_PREFIX}gpu_hardware"), policy=quiet,
+               history=roomy_history(), mode=ACT, now=NOW, job=job(), nodes={"n1": idle("n1")})
+    assert kinds(d) == [ActionKind.NOTIFY_OPS]
+
+
+def test_guesses_neither_make_nor_join_a_switch_storm() -> None:
+    leaf = {"leaf1": ["n1", "n2", "n3", "n4"]}
+
+    def history(signature: str) -> History:
+        past = [PastIncident(id=i, at=NOW - timedelta(minutes=5 * i), cause=Cause.NCCL_TIMEOUT,
+                             signature=signature, nodes=[f"n{i}"], job_id=f"90{i}") for i in (1, 2, 3)]
+        return History(partitions={"gpu": PartitionState(name="gpu", size=4, healthy=4)}, cluster_size=4,
+                       switches=leaf, cluster_recent=past)
+
+    def storm(current: str, past: str):
+        return decide(verdict(Cause.NCCL_TIMEOUT, current), policy=POLICY, history=history(past), mode=ACT,
+                      now=NOW, job=job(nodes=("n4",)), nodes={"n4": idle("n4")}).switch_storm
+
+    guess = f"{GUESS_SIGNATURE_PREFIX}nccl_timeout"
+    assert storm("nccl-watchdog-timeout", "nccl-watchdog-timeout") is not None  # four real ones: a storm
+    assert storm("nccl-watchdog-timeout", guess) is None  # three guesses before it do not count
+    assert storm(guess, "nccl-watchdog-timeout") is None  # nor does a guess start one

@@ -99,13 +99,14 @@ def test_answers_exactly_when_the_model_is_sure_enough_and_says_so(tmp_path: Pat
         guess = predict(model, [excerpt])
         verdict = fallback(UNKNOWN, [excerpt], model_path=path)
         nameable = guess.cause not in NEVER_ANSWERS
+        error_like = learned._ERROR_LIKE.search(excerpt.tail.lower()) is not None
         if nameable and guess.probability >= model.threshold:
             answered += 1
             assert verdict.cause is guess.cause and verdict.signature == f"learned:{guess.cause.value}"
             assert verdict.confidence <= CONFIDENCE_CAP and "learned fallback" in verdict.decided_by
             shown = {text for _, text in excerpt.lines()}
             assert verdict.evidence and all(e.text in shown for e in verdict.evidence)
-        elif nameable and guess.probability >= LEAN_FLOOR:
+        elif nameable and guess.probability >= LEAN_FLOOR and error_like:
             leaned += 1
             assert verdict.cause is guess.cause and verdict.signature == f"{GUESS_SIGNATURE_PREFIX}{guess.cause.value}"
             assert verdict.confidence <= GUESS_CONFIDENCE_CAP < CONFIDENCE_CAP
@@ -146,6 +147,14 @@ def test_a_model_that_never_reached_its_target_only_guesses(tmp_path: Path) -> N
     verdict = fallback(UNKNOWN, [excerpt], model_path=path)
     assert verdict.cause is Cause.CUDA_OOM and verdict.signature == f"{GUESS_SIGNATURE_PREFIX}cuda_oom"
     assert "below its answering threshold" in verdict.decided_by and verdict.confidence <= GUESS_CONFIDENCE_CAP
+
+
+def test_no_lean_on_progress_lines_alone() -> None:
+    # One healthy progress line reads as numerical at p > 0.5 to the model; with no error-like line
+    # in the log there is nothing to guess a failure from, so the verdict stays unknown.
+    excerpt = excerpt_of_text("step 1200 | loss 2.3114 | lr 2.9e-04", "log")
+    assert predict(load_model(), [excerpt]).probability >= LEAN_FLOOR
+    assert fallback(UNKNOWN, [excerpt]).cause is Cause.UNKNOWN
 
 
 def test_never_calls_a_job_successful() -> None:

@@ -337,6 +337,28 @@ CASES = [
          "software_bug", "py-KeyError",
          journal=("notify_user user done",),
          mail=("software_bug (py-KeyError)", "KeyError: 'labels'", "notify_user root:")),
+    # A guess is reported, never acted on (the policy's `guesses`): storage_io's own rule would requeue.
+    Case("learned-guess-over-a-bare-traceback-only-reports",
+         "ARCC-RACE/deepracer-for-dummies#23 (harvest row L-storage_io-b03): a checkpoint upload to an S3 store "
+         "dies inside boto3 with no exception line; the rules see a bare traceback (weak), the learned model "
+         "leans storage_io below its answering threshold",
+         (STEP, "Traceback (most recent call last):",
+          "  File \"training_worker.py\", line 108, in training_worker",
+          "    graph_manager.save_checkpoint()",
+          "  File \"/usr/local/lib/python3.6/dist-packages/rl_coach/graph_managers/graph_manager.py\", line 624, in save_checkpoint",
+          "    data_store.save_to_store()",
+          "  File \"/opt/ml/code/markov/s3_boto_data_store.py\", line 144, in save_to_store",
+          "    raise e",
+          "  File \"/opt/ml/code/markov/s3_boto_data_store.py\", line 100, in save_to_store",
+          "    Key=self._get_s3_key(rel_name))",
+          "  File \"/usr/local/lib/python3.6/dist-packages/boto3/s3/inject.py\", line 131, in upload_file",
+          "    extra_args=ExtraArgs, callback=Callback)",
+          "  File \"/usr/local/lib/python3.6/dist-packages/boto3/s3/transfer.py\", line 279, in upload_file",
+          "    future.result()"),
+         "storage_io", "learned-guess:storage_io",
+         journal=TELL,
+         mail=("storage_io (learned-guess:storage_io)", "a guess, not a finding",
+               "only a weak rule matched: py-traceback")),
     Case("ssd-storage-eio",
          "Llama 3 Table 5 'SSD' (0.7 %): torch.save's PytorchStreamWriter error and the OSError EIO of the "
          "checkpoint write",

@@ -75,6 +75,12 @@ RULES: tuple[Rule, ...] = (
     # NVSwitches; the node's GPUs need a reset (or the node a reboot) with Fabric Manager running.
     _r("nvswitch-fabric-error", G, 90, r"Failed to bind NVLink SHARP \(NVLS\)|error in the Fabric Manager or NVSwitches|fabric manager[^\n]{0,80}(failed|error|not running)|NVSwitch[^\n]{0,80}(fatal|error|failure)",
        "the node's NVSwitch fabric / Fabric Manager is in a bad state: drain, restart nvidia-fabricmanager and reset the GPUs (or reboot); requeue elsewhere"),
+    # cudaErrorDevicesUnavailable (46): "all CUDA devices are busy or unavailable" (CUDA Runtime
+    # API): a process left on the node holds a GPU in exclusive mode, or the GPU is wedged. The
+    # node's state, not the job's: drain, reset (the reset clears stale contexts), check.
+    _r("cuda-devices-unavailable", G, 90, r"cudaErrorDevicesUnavailable|CUDA-capable device\(s\) is/are busy or unavailable|CUDA_ERROR_DEVICE_UNAVAILABLE",
+       "a GPU on this node is busy or unavailable (a stale process in exclusive mode, or a wedged GPU): " + RESET,
+       confidence=0.6),
     _r("gpu-reset-required", G, 96, r"GPU Reset Required|GPU requires reset|reset the GPU|NV_ERR_RESET_REQUIRED",
        "GPU needs a reset: " + RESET),
     _r("gpu-device-handle", G, 96, r"Unable to determine the device handle for GPU",
@@ -141,6 +147,10 @@ RULES: tuple[Rule, ...] = (
        r"mce: \[Hardware Error\]|Machine check events logged|Machine Check Exception|EDAC [^\n]{0,60}(MEMORY ERROR|Uncorrected|UE )",
        "the host reports CPU/DIMM hardware errors (MCE/EDAC): drain the node and check its BMC/SEL"),
     # --- Network fabric (IB/RoCE/sockets under NCCL/gloo) ----------------------------------------
+    # Huawei's HCCL (Ascend's NCCL) on RoCE: an error CQE is the RoCE retransmission limit exceeded
+    # (CANN HCCL user guide, EI0013), as NCCL's IB completion errors below.
+    _r("hccl-roce-error-cqe", NF, 86, r"ROCE CQE\(EI0013\)|An error CQE occurred during operator execution|error cqe status: 0x[0-9a-f]+",
+       "RoCE error completion under HCCL (retry limit exceeded, port flapping) or a peer that exited first: " + FABRIC),
     _r("nccl-ib-completion-error", NF, 87, r"NET/IB ?: ?Got completion|Got completion from peer[^\n]{0,80}(status|error)",
        "IB completion error: " + FABRIC),
     _r("ib-wc-error", NF, 87, r"IBV_WC_[A-Z_]*ERR|transport retry count(er)? exceeded|RETRY_EXC_ERR",
@@ -227,6 +237,10 @@ RULES: tuple[Rule, ...] = (
        "Horovod collectives stalled waiting for ranks: find the missing rank (crashed, slow or a different code path)"),
     _r("gloo-timeout", NC, 57, r"Timed out waiting [0-9]+ ?ms for (recv|send) operation|gloo[^\n]{0,200}(timed out|Timed out waiting)",
        "a gloo collective timed out: a peer rank hung or died; look at the other ranks"),
+    # HCCL's own timeouts (torch_npu troubleshooting "HCCL timeout", CANN error code EI0002: a rank
+    # waited on a notify record its peer never sent).
+    _r("hccl-timeout", NC, 60, r"\bEI0002\b|The wait execution of the Notify register times out|HCCL[^\n]{0,60}\b(timed out|timeout|time out)\b",
+       "an HCCL collective timed out: a peer rank exited or hung; find it (and its node) before requeueing"),
     _r("nccl-ops-timed-out", NC, 58, r"Some NCCL operations have failed or timed out",
        "NCCL operations timed out: check the other ranks and nodes"),
     _r("c10d-store-timeout", NC, 57, r"DistStoreError|Timed out after [0-9]+ seconds waiting for clients|Socket Timeout|wait timeout after [0-9]+ms",
@@ -311,7 +325,8 @@ RULES: tuple[Rule, ...] = (
     _r("cublas-alloc-failed", CO, 78, r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|failed to allocate [0-9.]+ ?[KMGT]i?B|failed to allocate [^\n]{0,60}(from|on) device",
        "GPU allocation failed: GPU memory is exhausted"),
     # --- Storage ---------------------------------------------------------------------------------
-    _r("no-space-left", IO, 76, r"No space left on device|\[Errno 28\]|ENOSPC",
+    # Hugging Face datasets checks the cache volume itself before it writes: "Not enough disk space. Needed: ...".
+    _r("no-space-left", IO, 76, r"No space left on device|\[Errno 28\]|ENOSPC|Not enough disk space\. Needed:",
        "a filesystem is full: free space or move output; check quotas"),
     # TensorFlow raises ResourceExhaustedError for a full quota too (SaveV2): the disk, not the GPU.
     _r("tf-exhausted-disk", IO, 81, r"ResourceExhaustedError: [^\n]{0,200}(disk quota exceeded|No space left on device)",
@@ -447,8 +462,16 @@ RULES: tuple[Rule, ...] = (
        "submitit saw the signal before the time limit: the job was preempted; requeue"),
     _r("slurm-requeued", PR, 52, r"DUE TO JOB REQUEUE",
        "the job was requeued (by the scheduler, an admin or its own launcher): it will run again"),
-    _r("slurm-cancelled", PR, 45, r"\*\*\* (JOB|STEP) [0-9._+]+ ON [^\n]{0,80}CANCELLED AT",
+    _r("slurm-cancelled", PR, 45, r"\*\*\* JOB [0-9._+]+ ON [^\n]{0,80}CANCELLED AT",
        "the job was cancelled (by a user or admin): nothing to fix unless unexpected"),
+    # A step cancelled is either cancelled from outside (scancel, a preemption: the kill of its
+    # tasks follows) or srun ending the step because one of its tasks crashed first (srun
+    # --kill-on-bad-exit, "_step_signal: Terminating StepId=..."). So it sits above the kill that
+    # follows a cancel (sigkill 33, a bare `Killed` 22) and below the crash signals and CUDA/HIP
+    # errors (40+) that make srun cancel a step.
+    _r("slurm-step-cancelled", PR, 34, r"\*\*\* STEP [0-9._+a-z]+ ON [^\n]{0,80}CANCELLED AT",
+       "a job step was cancelled (scancel, a preemption, or srun ending the step after one of its tasks "
+       "failed): read the first failing task's output", confidence=0.6),
     _r("scheduler-owner-cancelled", PR, 45, r"TERM_OWNER|TERM_FORCE_OWNER|TERM_FORCE_ADMIN|job killed by owner",
        "the job was killed by its owner or an admin (LSF): nothing to fix unless unexpected"),
     _r("sigterm-received", PR, 21, r"Received SIGTERM|SIGTERM death signal|received signal 15|Terminated by signal 15",
@@ -493,6 +516,12 @@ RULES: tuple[Rule, ...] = (
        "NCCL was called wrongly (mismatched collectives, duplicate GPU per rank): " + USER),
     _r("shape-mismatch", SW, 44, r"size mismatch|shape mismatch|Expected all tensors to be on the same device|mat1 and mat2 shapes cannot be multiplied|must match the size of tensor",
        USER),
+    # HIP (ROCm) runtime calls failing, as CUDA's below (`hipMemsetAsync() failed (error code =
+    # HIP:1)`, `hipErrorIllegalAddress`); out of memory and missing GPU code objects have rows of
+    # their own above.
+    _r("hip-error", SW, 42, r"\bhip[A-Z][A-Za-z]*\(\) failed|\bhipError[A-Z][A-Za-z]+|HIP error: ",
+       "a HIP (ROCm) runtime call failed: a bug in the code or the runtime unless the node's kernel log shows an amdgpu fault",
+       confidence=0.6, caseless=False),
     _r("cuda-error", SW, 42, r"CUDA error: |CUDA_ERROR_|cudaError|CUBLAS_STATUS_|CUDNN_STATUS_|unhandled cuda error",
        "a CUDA call failed: read the error; hardware only if it repeats on one node", confidence=0.6),
     _r("py-{1}", SW, 31, r"\b([A-Z][A-Za-z0-9_]*(Error|Exception)): ", USER, caseless=False, confidence=0.7),
@@ -562,6 +591,9 @@ RULES: tuple[Rule, ...] = (
     _r("serving-up", OK, 5, r"# Out of bounds values : 0 OK|(size|bytes) +count +type +redop +root +time +algbw +busbw +#wrong|\"(GET|POST) /v1/[a-z/_]+ HTTP/[0-9.]+\" 200\b|Serving Benchmark Result|Benchmarking summary|Throughput: [0-9.]+ requests/s|Successful requests: +[1-9]|Starting vLLM server on|Application startup complete|The server is fired up and ready",
        "the inference server started / the benchmark finished normally", confidence=0.6),
     # A log that shows training progress and nothing recognisable as a failure.
+    # TensorFlow's input queues cancelled when the session closes at the end of training.
+    _r("tf-queue-closed-at-exit", OK, 4, r"Skipping cancelled (enqueue|dequeue) attempt with queue not closed",
+       "TensorFlow's input queues were cancelled as the session closed (end of training): harmless; nothing in the log says the job failed", confidence=0.45),
     _r("training-progress", OK, 3, r"\bepoch[ :=\[]*[0-9]+|\bloss[ :=]+[0-9]|\biteration[ :=]+[0-9]+|\bstep[ :=]+[0-9]+",
        "the log shows normal training progress and no failure", confidence=0.4),
 )

@@ -401,4 +401,17 @@ CASES: list[tuple[str, str, str]] = [
     ("gpu03:812:901 [0] misc/shmutils.cc:88 NCCL WARN Error: failed to extend /dev/shm/nccl-Xy12Ab to 9637892 bytes, error: No space left on device (28)", "host_oom", "nccl-shm-exhausted"),
     ("fsspec.exceptions.FSTimeoutError", "storage_io", "object-store-timeout"),
     ("x1002c0s3b0n0.hsn.cm.aurora.alcf.anl.gov: rank 12 died from signal 6", "crash_signal", "sigabrt"),
+    # round Y's families
+    ("OSError: Not enough disk space. Needed: 1.21 GiB (download: 420.00 MiB, generated: 800.00 MiB, post-processed: Unknown size)", "storage_io", "no-space-left"),
+    ("srun: error: nid001: task 3: Aborted (core dumped)\nsrun: launch/slurm: _step_signal: Terminating StepId=1234.0\nslurmstepd: error: *** STEP 1234.0 ON nid001 CANCELLED AT 2025-01-01T00:00:00 ***", "crash_signal", "sigabrt"),
+    ("slurmstepd: error: *** STEP 1234.0 ON nid001 CANCELLED AT 2025-01-01T00:00:00 ***", "preempted", "slurm-step-cancelled"),
+    ("slurmstepd: error: *** JOB 1234 ON nid001 CANCELLED AT 2025-01-01T00:00:00 ***\nslurmstepd: error: *** STEP 1234.0 ON nid001 CANCELLED AT 2025-01-01T00:00:00 ***", "preempted", "slurm-cancelled"),
+    ("[ERROR] HCCL(1234,python):2025-01-01-00:00:00 EI0002: The wait execution of the Notify register times out. Reason: the remote rank did not respond", "nccl_timeout", "hccl-timeout"),
+    ("RuntimeError: HCCL function error: hcclAllReduce, error code is 7 ... HCCL timeout after 1800 s", "nccl_timeout", "hccl-timeout"),
+    ("Execution Error ROCE CQE(EI0013): An error CQE occurred during operator execution. Local information: device ID 3", "network_fabric", "hccl-roce-error-cqe"),
+    ("cudaSetDevice(0) error( cudaErrorDevicesUnavailable): CUDA-capable device(s) is/are busy or unavailable", "gpu_hardware", "cuda-devices-unavailable"),
+    ("[hipSYCL Error] from hip_queue.cpp:355 @ submit_memset() : hip_queue: hipMemsetAsync() failed (error code = HIP:1)", "software_bug", "hip-error"),
+    ("RuntimeError: HIP error: hipErrorIllegalAddress\nslurmstepd: error: *** STEP 77.0 ON nid1 CANCELLED AT 2024-02-02T02:02:02 ***", "software_bug", "hip-error"),
+    ("slurmstepd: error: *** STEP 608.0 ON gpub003 CANCELLED AT 2023-09-15T12:22:07 ***\nThe script received SIGTERM\nsrun: error: gpub003: task 0: Killed", "preempted", "slurm-step-cancelled"),
+    ("W tensorflow/core/kernels/queue_base.cc:294] _0_input_producer: Skipping cancelled enqueue attempt with queue not closed", "success", "tf-queue-closed-at-exit"),
 ]

@@ -20,6 +20,10 @@ full /dev/shm (host_oom) beats both; 81 a GPU allocator's own failure
 41 an uncaught C++ exception (`terminate called after throwing`) beats the SIGABRT it causes (40),
 and 42 a CUDA error beats both (the exception that wraps it, the signal that follows it), so its
 Xid alternative stays on the verdict.
+A job STEP cancelled sits at 34, below the crash signals and CUDA/HIP errors (40+) that make srun
+cancel a step and above the kill that follows a cancel (sigkill 33); CUDA's devices-unavailable
+(gpu_hardware) at 90 with the NVSwitch fabric row: the node's GPU state, not a hardware fault the
+driver reported.
 Two environment rows sit outside their band on purpose: sigill at crash-signal priority (40), so
 any named cause printed with it wins, and user-lookup-failed at 4, since a container's unnamed uid
 prints it in good runs too.

@@ -7,6 +7,7 @@ comments): that checks the round -> commit table and that the rules are really t
 from __future__ import annotations
 
 import json
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -46,5 +47,13 @@ def test_replay_reproduces_round_r_first_score() -> None:
 
 
 def test_unknown_round_is_a_usage_error() -> None:
-    out = subprocess.run([sys.executable, str(SCRIPT), "--rounds", "Z"], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and "no first-score commit recorded for round(s) Z" in out.stderr
+    # "AZ" is a round name (rounds after Z are AA, AB, ...) that no harvest will reach soon.
+    out = subprocess.run([sys.executable, str(SCRIPT), "--rounds", "R,AZ"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "no first-score commit recorded for round(s) AZ" in out.stderr
+
+
+def test_rounds_are_letters_or_comma_separated_names() -> None:
+    parse = runpy.run_path(str(SCRIPT), run_name="test")["parse_rounds"]
+    assert parse("LMN") == ["L", "M", "N"]
+    assert parse("L,M,AA") == ["L", "M", "AA"]
+    assert parse("XY,AB") == ["X", "Y", "AB"]

@@ -392,17 +392,26 @@ def _lean(guess: Prediction, verdict: Verdict, why: str, threshold: float) -> Ve
                          f"(confidence {verdict.confidence:.2f}) were right about one time in four on logs not seen "
                          f"before; read both evidence lines"))]
     others = [a for a in _guesses(guess) if a.cause is not guess.cause and a.cause is not verdict.cause]
-    return Verdict(
-        cause=guess.cause,
-        signature=f"{GUESS_SIGNATURE_PREFIX}{guess.cause.value}",
-        confidence=round(GUESS_CONFIDENCE_CAP * guess.probability, 3),
-        evidence=[*guess.evidence, *verdict.evidence][: MAX_EVIDENCE + 2],
+    return _learned_verdict(
+        guess, verdict, GUESS_SIGNATURE_PREFIX, GUESS_CONFIDENCE_CAP,
         hint=(f"a guess, not a finding: {why}; a model trained on labelled failure logs leans to "
               f"{guess.cause.value}. Pitstop reports it and does not act on it: read the evidence lines"),
-        alternatives=[*overruled, *verdict.alternatives, *others][:MAX_ALTERNATIVES],
         decided_by=(f"learned guess ({why}): p={guess.probability:.2f}, at least its lean floor {LEAN_FLOOR:.2f}"
-                    + (f" but below its answering threshold {threshold:.2f}" if guess.probability < threshold else "")
-                    + f"; next most likely {guess.runner_up.value if guess.runner_up else '-'}"),
+                    + (f" but below its answering threshold {threshold:.2f}" if guess.probability < threshold else "")),
+        alternatives=[*overruled, *verdict.alternatives, *others][:MAX_ALTERNATIVES])
+
+
+def _learned_verdict(guess: Prediction, verdict: Verdict, prefix: str, cap: float, *, hint: str, decided_by: str,
+                     alternatives: Sequence[Alternative] = ()) -> Verdict:
+    """The model's cause as the verdict: its weightiest lines first, confidence below `cap`."""
+    return Verdict(
+        cause=guess.cause,
+        signature=f"{prefix}{guess.cause.value}",
+        confidence=round(cap * guess.probability, 3),
+        evidence=[*guess.evidence, *verdict.evidence][: MAX_EVIDENCE + 2],
+        hint=hint,
+        alternatives=list(alternatives),
+        decided_by=f"{decided_by}; next most likely {guess.runner_up.value if guess.runner_up else '-'}",
     )
 
 
@@ -439,13 +448,8 @@ def fallback(verdict: Verdict, excerpts: Sequence[Excerpt], model_path: Path | N
     if said:
         return verdict.model_copy(update={"decided_by": verdict.decided_by or said,
                                           "alternatives": [*verdict.alternatives, *_guesses(guess)][:MAX_ALTERNATIVES]})
-    return Verdict(
-        cause=guess.cause,
-        signature=f"learned:{guess.cause.value}",
-        confidence=round(CONFIDENCE_CAP * guess.probability, 3),
-        evidence=[*guess.evidence, *verdict.evidence][: MAX_EVIDENCE + 2],
+    return _learned_verdict(
+        guess, verdict, "learned:", CONFIDENCE_CAP,
         hint=(f"no rule matched; a model trained on labelled failure logs says {guess.cause.value}: "
               f"read the evidence lines to confirm before acting"),
-        decided_by=(f"learned fallback (no rule decided): p={guess.probability:.2f} >= threshold "
-                    f"{model.threshold:.2f}; next most likely {guess.runner_up.value if guess.runner_up else '-'}"),
-    )
+        decided_by=f"learned fallback (no rule decided): p={guess.probability:.2f} >= threshold {model.threshold:.2f}")

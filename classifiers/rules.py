@@ -20,6 +20,7 @@ full /dev/shm (host_oom) beats both; 81 a GPU allocator's own failure
 41 an uncaught C++ exception (`terminate called after throwing`) beats the SIGABRT it causes (40),
 and 42 a CUDA error beats both (the exception that wraps it, the signal that follows it), so its
 Xid alternative stays on the verdict.
+62 HCCL's collective-argument mismatch (software_bug) beats the HCCL timeout (60) it causes.
 A job STEP cancelled sits at 34, below the crash signals and CUDA/HIP errors (40+) that make srun
 cancel a step and above the kill that follows a cancel (sigkill 33); CUDA's devices-unavailable
 (gpu_hardware) at 90 with the NVSwitch fabric row: the node's GPU state, not a hardware fault the
@@ -120,7 +121,7 @@ RULES: tuple[Rule, ...] = (
        r"^[ \t]*((DRAM |SRAM )?Uncorrectable( Error)?|Remapping Failure Occurred|Pending)[ \t]*: ([1-9][0-9]*|Yes)\b",
        "nvidia-smi shows uncorrectable memory errors or a pending row remap: " + RESET),
     # --- Node failure ----------------------------------------------------------------------------
-    _r("slurm-node-fail", NO, 90, r"DUE TO NODE FAIL|NODE_FAIL\b|Node failure on|\(node failure\)",
+    _r("slurm-node-fail", NO, 90, r"DUE TO NODE FAIL|NODE_FAIL\b|Node failure on|\(node failure\)|update_node: node [^\n ]+ state set to (FAIL|DOWN)\b",
        "the scheduler lost the node: check slurmd/BMC on it; requeue the job"),
     _r("node-marked-dead", NO, 90, r"node[^\n]{0,120}(has been )?marked (as )?dead|node has (beem|been) marked as dead|its node has died|node has crashed",
        "a node left the cluster (heartbeats lost): check the node; requeue"),
@@ -241,6 +242,10 @@ RULES: tuple[Rule, ...] = (
        "Horovod collectives stalled waiting for ranks: find the missing rank (crashed, slow or a different code path)"),
     _r("gloo-timeout", NC, 57, r"Timed out waiting [0-9]+ ?ms for (recv|send) operation|gloo[^\n]{0,200}(timed out|Timed out waiting)",
        "a gloo collective timed out: a peer rank hung or died; look at the other ranks"),
+    # HCCL checks that every rank calls a collective with the same arguments (CANN EI0005): when they
+    # differ the script issued mismatched collectives, a bug, not a hang of the fabric.
+    _r("hccl-collective-mismatch", SW, 62, r"\bEI0005\b|arguments for collective communication are inconsistent between ranks",
+       "ranks called a collective with different arguments (count, dtype, op): " + USER),
     # HCCL's own timeouts (torch_npu troubleshooting "HCCL timeout", CANN error code EI0002: a rank
     # waited on a notify record its peer never sent).
     _r("hccl-timeout", NC, 60, r"\bEI0002\b|The wait execution of the Notify register times out|HCCL[^\n]{0,60}\b(timed out|timeout|time out)\b",
@@ -267,7 +272,8 @@ RULES: tuple[Rule, ...] = (
     # HTCondor; HTCondor holds a job over its request_memory rather than killing it).
     _r("scheduler-memory-limit", HO, 84, r"TERM_MEMLIMIT|job killed: (p|v)?mem [0-9]+[kmgt]?b exceeded limit|exceeded a memory resource limit|exceeded (MEM|memory) usage hard limit|exceeds? job hard limit \"?h_(vmem|rss)|memory usage exceeded request_memory|job has gone over memory limit|(put on hold|held)[^\n]{0,80}(due to|because of|for) (excessive |too much )?memory( usage)?\b",
        "the scheduler killed the job for exceeding its memory limit: request more memory or reduce usage"),
-    _r("ray-memory-monitor", HO, 85, r"node running low on memory|killed due to memory pressure|exceeds the memory usage threshold",
+    # Ray's memory monitor: every kill message ends pointing at its OOM-prevention page and threshold.
+    _r("ray-memory-monitor", HO, 85, r"node running low on memory|killed due to memory pressure|exceeds the memory usage threshold|ray-oom-prevention\.html|RAY_memory_usage_threshold",
        "Ray's memory monitor killed workers (host RAM nearly full): fewer workers per node or more RAM"),
     _r("tf-host-oom", HO, 81, r"OOM when allocating tensor[^\n]{0,300}(device:CPU|by allocator cpu)",
        "host RAM exhausted (TensorFlow allocating on the CPU): reduce batch/model size or request more --mem"),
@@ -319,8 +325,9 @@ RULES: tuple[Rule, ...] = (
        "GPU memory exhausted (TensorFlow BFC allocator dump): smaller batch or model, or allow_growth"),
     # Other frameworks' words for a failed device allocation (MXNet storage manager, PaddlePaddle,
     # ONNX Runtime's CUDA_CALL, Caffe's CUDA_CHECK: cudaErrorMemoryAllocation = 2; the NVHPC OpenACC
-    # runtime's allocation failure with its total/free table).
-    _r("framework-gpu-oom", CO, 81, r"(cudaMalloc|cuMemAlloc)( retry)? failed[^\n]{0,40}out of memory|Out of memory error on GPU|CUDA failure 2: out of memory|cudaSuccess \(2 vs\. 0\) +out of memory|out of memory on (GPU|device) [0-9]|Out of memory allocating [0-9]+ bytes of device memory|total/free CUDA memory: [0-9]+/[0-9]+",
+    # runtime's allocation failure with its total/free table; Ascend's CANN runtime: rtMalloc failing
+    # with "driver error:out of memory", halMemAlloc with drvRetCode 6).
+    _r("framework-gpu-oom", CO, 81, r"(cudaMalloc|cuMemAlloc)( retry)? failed[^\n]{0,40}out of memory|Out of memory error on GPU|CUDA failure 2: out of memory|cudaSuccess \(2 vs\. 0\) +out of memory|out of memory on (GPU|device) [0-9]|Out of memory allocating [0-9]+ bytes of device memory|total/free CUDA memory: [0-9]+/[0-9]+|rtMalloc execute failed, reason=\[driver error:out of memory\]|halMemAlloc failed[^\n]{0,120}drvRetCode=6\b",
        "GPU memory exhausted: smaller batch or model"),
     _r("kv-cache-no-memory", CO, 79, r"No available memory for the cache blocks|# GPU blocks: 0\b|larger than the maximum number of tokens that can be stored in KV cache",
        "no GPU memory left for the KV cache: lower max_model_len or raise gpu_memory_utilization / use more GPUs"),
@@ -370,9 +377,12 @@ RULES: tuple[Rule, ...] = (
     # was generated by a compiler newer than what is supported by the CUDA driver" (CUDA runtime API).
     _r("driver-too-old", EN, 73, r"driver on your system is too old|system not yet initialized|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY|NVRM: API mismatch: the client has the version|driver version is insufficient|Driver/library version mismatch|CUDA driver version is insufficient|forward compatibility was attempted|cudaErrorInsufficientDriver|cudaErrorSystemDriverMismatch|cudaErrorCompatNotSupportedOnDevice|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE|system has unsupported display driver / cuda driver combination|Cuda driver error (803|804)\b|CUDA_ERROR_UNSUPPORTED_PTX_VERSION|cudaErrorUnsupportedPtxVersion|PTX was compiled with an unsupported toolchain",
        "driver and CUDA runtime do not match: use a matching container or update the driver"),
-    _r("no-cuda-device", EN, 72, r"no CUDA-capable device|No CUDA GPUs are available|Found no NVIDIA driver|CUDA_ERROR_NO_DEVICE|NVIDIA-SMI has failed|Torch not compiled with CUDA|CUDA driver initialization failed|cuInit: CUDA_ERROR|CUDA unknown error - this may be due to an incorrectly set up environment",
+    _r("no-cuda-device", EN, 72, r"no CUDA-capable device|No CUDA GPUs are available|Found no NVIDIA driver|CUDA_ERROR_NO_DEVICE|NVIDIA-SMI has failed|Torch not compiled with CUDA|CUDA driver initialization failed|cuInit: CUDA_ERROR|CUDA unknown error - this may be due to an incorrectly set up environment|please check if device id is valid",
        "no usable GPU/driver in the job: check CUDA_VISIBLE_DEVICES, gres request and the driver"),
-    _r("no-kernel-image", EN, 72, r"no kernel image is available for execution|not compatible with the current PyTorch installation|sm_[0-9]+ is not compatible|Unsupported gpu architecture|CUDA_ERROR_NO_BINARY_FOR_GPU|hipErrorNoBinaryForGpu|Unable to find code object for all current devices|Kokkos::Cuda::initialize ERROR: likely mismatch of architecture",
+    # A binary or a compiler that does not know the GPU: nvcc older than the card (`Value 'sm_61' is
+    # not defined for option 'gpu-architecture'`), NCCL built without its architecture (`Cuda failure
+    # 'named symbol not found'`: NVIDIA/nccl#1372; pytorch/pytorch#152077 on an RTX 5090).
+    _r("no-kernel-image", EN, 72, r"no kernel image is available for execution|not compatible with the current PyTorch installation|sm_[0-9]+ is not compatible|Unsupported gpu architecture|CUDA_ERROR_NO_BINARY_FOR_GPU|hipErrorNoBinaryForGpu|Unable to find code object for all current devices|Kokkos::Cuda::initialize ERROR: likely mismatch of architecture|Value 'sm_[0-9]+a?' is not defined for option 'gpu-architecture'|Cuda failure 'named symbol not found'",
        "binary built for another GPU architecture: rebuild or use a matching wheel"),
     _r("cuda-version-mismatch", EN, 71, r"detected CUDA version[^\n]{0,40}mismatches|Installed CUDA version [0-9.]+ does not match the version torch was compiled with|CUDA version [0-9.]+ does not match[^\n]{0,40}(torch|PyTorch)|compiled with different CUDA versions|CUDA_HOME (environment variable )?(is not set|does not exist)",
        "CUDA toolkit versions disagree: align the toolkit with the framework build"),
@@ -403,7 +413,7 @@ RULES: tuple[Rule, ...] = (
        "mpirun could not start its daemons: check PATH/LD_LIBRARY_PATH and ssh on all nodes"),
     # Families from round K (scored first, then generalised): the job's container, loader or MPI
     # set-up failing before any training code ran.
-    _r("container-runtime-failed", EN, 72, r"pyxis: (failed to|couldn't) (import|create|start|execute)|\benroot(-[a-z]+)?: (error|\[ERROR\])|FATAL: +(container creation failed|while (extracting|making|creating)[^\n]{0,40}image|could not open image)|nvidia-container-cli: (initialization|mount|ldcache|detection) error|OCI runtime (create|exec) failed|failed to create (shim )?task",
+    _r("container-runtime-failed", EN, 72, r"pyxis: (failed to|couldn't) (import|create|start|execute)|\benroot(-[a-z]+)?: (error|\[ERROR\])|FATAL: +(container creation failed|while (extracting|making|creating)[^\n]{0,40}image|could not open image)|nvidia-container-cli: (initialization|mount|ldcache|detection) error|OCI runtime (create|exec) failed|failed to create (shim )?task|no runtime for \"?nvidia\"? is configured|Squashfs image uses [a-z0-9]+ compression, this version supports only",
        "the job's container could not be set up (pyxis/enroot, Apptainer, nvidia-container-toolkit): fix the runtime's configuration or the image"),
     _r("cuda-library-not-found", EN, 71, r"lib(cudart|cuda|nccl|cudnn|cublas)[a-z0-9_]*\.so[^\n]{0,40}\bnot found|did not contain \[?'lib[a-z0-9_]+\.so|(could not|unable to|failed to) (find|locate|load) (the )?(lib)?(cuda|cudart|nccl|cudnn|cublas)( runtime| library| libraries|\.so)",
        "a CUDA library is not found where the job looks: fix LD_LIBRARY_PATH or the package's CUDA set-up"),

@@ -20,11 +20,14 @@ XID_PREFIX = r"Xid \([^\n)]{0,40}\): ?"
 # "Xid: 79, GPU has fallen off the bus". The number must be followed by a comma (prose such as
 # "no Xid 79 since" is not an event).
 BARE_XID_PREFIX = r"\bXid:? "
+# NVIDIA's k8s device plugin (and the GPU Operator that runs it) reports the Xids it watches through
+# NVML's events: "XidCriticalError: Xid=79 on Device=GPU-..., marking device as unhealthy".
+DEVICE_PLUGIN_XID_PREFIX = r"XidCriticalError: Xid="
 
 
 def xid_pattern(numbers: str) -> str:
-    """Either Xid form for `numbers` (a regex alternation); the number is the first group that matched."""
-    return f"{XID_PREFIX}({numbers})\\b|{BARE_XID_PREFIX}({numbers}),"
+    """Any Xid form for `numbers` (a regex alternation); the number is the first group that matched."""
+    return f"{XID_PREFIX}({numbers})\\b|{BARE_XID_PREFIX}({numbers}),|{DEVICE_PLUGIN_XID_PREFIX}({numbers})\\b"
 
 CAUSE_OF: dict[Implicates, Cause] = {
     Implicates.HARDWARE: Cause.GPU_HARDWARE,

@@ -414,4 +414,15 @@ CASES: list[tuple[str, str, str]] = [
     ("RuntimeError: HIP error: hipErrorIllegalAddress\nslurmstepd: error: *** STEP 77.0 ON nid1 CANCELLED AT 2024-02-02T02:02:02 ***", "software_bug", "hip-error"),
     ("slurmstepd: error: *** STEP 608.0 ON gpub003 CANCELLED AT 2023-09-15T12:22:07 ***\nThe script received SIGTERM\nsrun: error: gpub003: task 0: Killed", "preempted", "slurm-step-cancelled"),
     ("W tensorflow/core/kernels/queue_base.cc:294] _0_input_producer: Skipping cancelled enqueue attempt with queue not closed", "success", "tf-queue-closed-at-exit"),
+    # round Z's families
+    ("I0624 22:58:05.486697       1 health.go:185] XidCriticalError: Xid=79 on Device=GPU-adb24b25; marking device as unhealthy.", "gpu_hardware", "xid-79"),
+    ("Set max_restarts and max_task_retries to enable retry when the task crashes due to OOM. To adjust the kill threshold, set the environment variable `RAY_memory_usage_threshold` when starting Ray.", "host_oom", "ray-memory-monitor"),
+    ("EE9999: Inner Error!\n        rtMalloc execute failed, reason=[driver error:out of memory][FUNC:ReportError]", "cuda_oom", "framework-gpu-oom"),
+    ("nvcc fatal   : Value 'sm_89' is not defined for option 'gpu-architecture'", "environment", "no-kernel-image"),
+    ("gpu7:1201:1201 [0] NCCL WARN Cuda failure 'named symbol not found'", "environment", "no-kernel-image"),
+    ("Call aclrtSetDevice failed, ret[107001]. Got device count[8] and device id[9], please check if device id is valid.", "environment", "no-cuda-device"),
+    ("Warning  FailedCreatePodSandBox  kubelet  Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for \"nvidia\" is configured", "environment", "container-runtime-failed"),
+    ("[WARN] Squashfs image uses lzo compression, this version supports only xz, zlib, lz4, zstd.", "environment", "container-runtime-failed"),
+    ("EI0005: The arguments for collective communication are inconsistent between ranks: tag [HcomAllReduce_1], parameter [count]", "software_bug", "hccl-collective-mismatch"),
+    ("[2024-03-08T00:15:18.986] update_node: node ip-10-1-73-87 state set to FAIL", "node_failure", "slurm-node-fail"),
 ]

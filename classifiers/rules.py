@@ -167,6 +167,10 @@ RULES: tuple[Rule, ...] = (
     _r("ib-device-missing", NF, 86, r"sys files not found \(/sys/class/infiniband|/sys/class/infiniband[^\n]{0,40}No such file or directory",
        "the node's InfiniBand adapter is not visible (no /sys/class/infiniband ports): check the HCA, its firmware and driver; " + FABRIC,
        confidence=0.6),
+    # LBNL's Node Health Check (NHC, run by Slurm's HealthCheckProgram; Azure's HPC images ship it)
+    # failing its InfiniBand checks: a port not ACTIVE, or an IB loopback far below its bandwidth.
+    _r("nhc-ib-check-failed", NF, 86, r"Health check failed: +check_(hw_ib|nccl_allreduce_ib_loopback)\b|No IB port [^\n]{0,40}is ACTIVE",
+       "the node's health check failed its InfiniBand test (port down or bandwidth far below expected): " + FABRIC),
     _r("mlx5-error", NF, 86, r"mlx5[^\n]{0,80}(completion with error|link down|syndrome|fatal)",
        "Mellanox NIC error: " + FABRIC),
     # UCX (Open MPI, HPC-X) and libfabric/EFA (AWS) report the same transport failures in their words.
@@ -371,6 +375,13 @@ RULES: tuple[Rule, ...] = (
        "a Python package is missing in the job's environment: fix the env/container"),
     _r("shared-lib-missing", EN, 72, r"cannot open shared object file|Could not load (dynamic )?library|undefined symbol|version `GLIBC|GLIBCXX_[0-9.]+' not found|CXXABI_[0-9.]+' not found",
        "a shared library is missing or incompatible: fix LD_LIBRARY_PATH / rebuild the extension"),
+    # A compiled extension built against another NumPy ABI (NumPy's own import-time checks).
+    _r("numpy-abi-mismatch", EN, 72, r"numpy\.(ndarray|dtype) size changed, may indicate binary incompatibility|compiled using NumPy 1\.x cannot be run in|numpy\.core\.multiarray failed to import",
+       "a compiled module was built against another NumPy version: rebuild or pin numpy to the version it was built for"),
+    # slurmd refusing RPCs from a uid that is not SlurmUser/root: the uids of slurm (or munge) differ
+    # between nodes and the controller (a cluster set-up error; Slurm's "Security violation").
+    _r("slurm-uid-mismatch", EN, 72, r"error: Security violation[,:]? [^\n]{0,40}(RPC|kill_job\([0-9]+\))[^\n]{0,20} from uid [0-9]+",
+       "slurmd refuses the controller's RPCs (Security violation from uid N): SlurmUser/munge uids differ between nodes; fix the accounts and restart slurmd"),
     _r("py-ImportError", EN, 70, r"ImportError: |DLL load failed",
        "an import failed: fix the job's environment"),
     # CUDA's cudaErrorUnsupportedPtxVersion (222) is the same mismatch seen from the JIT: "the PTX

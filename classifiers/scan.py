@@ -34,6 +34,7 @@ from classifiers.engines import LAST_MIN_PRIORITY, Engine
 from classifiers.hits import Hit, ProgressHit
 from classifiers.rule_model import CLOSE_PRIORITY, Rule
 from classifiers.transcode import utf8_view
+from classifiers.xid_rules import WEAK as XID_WEAK
 
 __all__ = ["Hit", "ProgressHit", "evidence_text", "scan_stream"]
 
@@ -299,7 +300,11 @@ class _Pruning:
         for item in (*rules, *facts):
             cause_max[item.cause] = max(cause_max.get(item.cause, 0), item.priority)
         self._cause_max = cause_max
-        self._cache: dict[tuple[int, frozenset[int]], frozenset[int]] = {}
+        self._cache: dict[tuple[int, frozenset[int], bool], frozenset[int]] = {}
+        # A catalogued Xid above WEAK takes over from a winner that defers to it (decide): while
+        # such a winner holds P, those Xid rules must still be scanned whatever their priority.
+        self._xid_rules = frozenset(i for i, rule in enumerate(rules)
+                                    if rule.signature.startswith("xid-") and rule.priority > XID_WEAK)
 
     def strongest(self, found) -> int:
         return max((self._rules[i].priority for i in found if self._rules[i].cause is not Cause.SUCCESS), default=0)
@@ -308,13 +313,16 @@ class _Pruning:
         # Keyed by (P, found weak rules) only, so a whole scan needs just a few engine databases.
         strongest = self.strongest(found)
         weak_found = frozenset(i for i in found if self._rules[i].priority < LAST_MIN_PRIORITY)
-        key = (strongest, weak_found)
+        deferring = any(self._rules[i].defers_to_xid and self._rules[i].priority >= strongest for i in found)
+        key = (strongest, weak_found, deferring)
         skip = self._cache.get(key)
         if skip is None:
             hopeless = {
                 i for i, rule in enumerate(self._rules)
                 if rule.priority <= strongest - self._margin and self._cause_max[rule.cause] < strongest
             }
+            if deferring:
+                hopeless -= self._xid_rules
             skip = self._cache[key] = frozenset(hopeless | weak_found)
         return skip
 

@@ -425,4 +425,10 @@ CASES: list[tuple[str, str, str]] = [
     ("[WARN] Squashfs image uses lzo compression, this version supports only xz, zlib, lz4, zstd.", "environment", "container-runtime-failed"),
     ("EI0005: The arguments for collective communication are inconsistent between ranks: tag [HcomAllReduce_1], parameter [count]", "software_bug", "hccl-collective-mismatch"),
     ("[2024-03-08T00:15:18.986] update_node: node ip-10-1-73-87 state set to FAIL", "node_failure", "slurm-node-fail"),
+    # round AA's families
+    ("ValueError: numpy.ndarray size changed, may indicate binary incompatibility. Expected 96 from C header, got 88 from PyObject", "environment", "numpy-abi-mismatch"),
+    ("A module that was compiled using NumPy 1.x cannot be run in\nNumPy 2.0.2 as it may crash.", "environment", "numpy-abi-mismatch"),
+    ("gpu-017 | ERROR: nhc: Health check failed: check_hw_ib: No IB port mlx5_ib3:1 is ACTIVE (LinkUp 400 Gb/sec).", "network_fabric", "nhc-ib-check-failed"),
+    ("slurmd[812]: [2025-01-02T03:04:05.006] error: Security violation, ping RPC from uid 990", "environment", "slurm-uid-mismatch"),
+    ("slurmd[812]: error: Security violation: kill_job(41) from uid 990", "environment", "slurm-uid-mismatch"),
 ]

@@ -91,8 +91,8 @@ def _rounds(tmp_path, keep) -> Path:
 
 
 def test_second_corpus_of_real_excerpts_from_other_threads(tmp_path) -> None:
-    """1,000 excerpts from threads and documents outside the dev set (see harvest-README.md), rounds A-Z."""
-    assert evaluate_corpus(HARVEST).total == 1000
+    """1,030 excerpts from threads and documents outside the dev set (see harvest-README.md), rounds A-AA."""
+    assert evaluate_corpus(HARVEST).total == 1030
     # Rounds A-H (308 rows): floors just under today's figures (accuracy 0.860; 0.984 unambiguous).
     report = evaluate_corpus(_rounds(tmp_path, lambda r: r not in {row[0] for row in ROUND_FLOORS}))
     assert report.total == 308
@@ -235,6 +235,13 @@ ROUND_FLOORS: list[tuple[str, int, float, float]] = [
     # without the nvidia runtime, enroot's squashfs, slurmctld setting a node FAIL): 0.745 (0.958),
     # macro-F1 0.826. Floors at today's figures.
     ("Z", 47, 0.745 - 1e-3, 0.958 - 1e-3),
+    # Round AA (30 rows, 16 ambiguous; 2026-12-06; cloud vendors' and accelerator vendors' documents,
+    # the rarest labels by their systems' words): scored on a frozen copy of commit b4e3b85 before
+    # anything was changed for it: 0.567 (0.643 unambiguous), macro-F1 0.654; rules alone 0.533
+    # (0.571): the lean's one change was right. After its families (NumPy's ABI checks, LBNL NHC's
+    # InfiniBand checks, slurmd's Security violation from another uid): 0.667 (0.857), macro-F1
+    # 0.741. Floors at today's figures.
+    ("AA", 30, 0.667 - 1e-3, 0.857 - 1e-3),
 ]
 
 

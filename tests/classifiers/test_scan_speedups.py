@@ -173,3 +173,18 @@ def test_classify_cli_on_a_large_log_is_quick_and_small(tmp_path: Path) -> None:
     result = json.loads(proc.stdout)
     assert result["sig"] == "xid-79" and result["lines"] == [1], result
     assert result["rss_mb"] < 200, result
+
+
+@pytest.mark.parametrize("early", [
+    "RuntimeError: CUDA error: CUDA_ERROR_CONTAINED: Invalid access of peer GPU memory over nvlink or a hardware error",
+    "RuntimeError: CUDA error: uncorrectable ECC error encountered",
+])
+def test_an_xid_long_after_a_fault_that_defers_to_it_still_takes_over(early: str) -> None:
+    # The early CUDA error outranks every Xid by priority but defers to the driver's record (decide):
+    # pruning must keep scanning for Xid rows however far the Xid line comes after it.
+    noise = b"".join(b"[INFO] iteration %d | loss 1.0\n" % i for i in range(300))
+    late = b"NVRM: Xid (PCI:0000:3b:00): 13, Graphics SM Warp Exception on (GPC 0, TPC 0)\n"
+    data = early.encode() + b"\n" + noise + late + noise
+    full = _verdict(data, window_bytes=4096, prune=False, threads=1)
+    assert full.signature == "xid-13"
+    assert _verdict(data, window_bytes=4096, threads=1) == full

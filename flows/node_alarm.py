@@ -95,11 +95,11 @@ def node_alarm(node: str, alarm: str, details: dict | None = None) -> FlowReport
 def _node_alarm(ctx, log, node: str, alarm: str, details: AlarmDetails) -> FlowReport:
     key = str(details.key or details.event_id or alarm)
     handle = journal.open_node_incident(ctx, node, key)
-    if handle.status == "done":
-        log.info("alarm %s on %s (key %s) was handled by incident %s: nothing to do", alarm, node, key, handle.id)
-        return FlowReport(incident_id=handle.id, subject=f"node {node}", status="duplicate")
     try:
-        with journal.incident_lock(ctx, handle.id):
+        with journal.incident_lock(ctx, handle.id) as status:  # read under the lock: never stale
+            if status == "done" or (status is None and handle.status == "done"):
+                log.info("alarm %s on %s (key %s) was handled by incident %s: nothing to do", alarm, node, key, handle.id)
+                return FlowReport(incident_id=handle.id, subject=f"node {node}", status="duplicate")
             evidence = gather_node_evidence(ctx, node, handle.id)
             verdict = alarm_verdict(alarm, details, evidence)
             subject = IncidentSubject(kind="node", name=node, node=node, nodes=[node], faulty_nodes=[node],

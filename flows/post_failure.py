@@ -54,11 +54,11 @@ def job_event(log, job_id: str, cluster: str | None, facts: dict | None) -> JobE
 def _post_failure(ctx, log, job_id: str, event: JobEnded | None) -> FlowReport:
     job = read_job(ctx, log, job_id, event)
     handle = journal.open_job_incident(ctx, job, event)
-    if handle.status == "done":
-        log.info("incident %s for job %s is already remediated: nothing to do", handle.id, job_id)
-        return FlowReport(incident_id=handle.id, subject=f"job {job_id}", status="duplicate")
     try:
-        with journal.incident_lock(ctx, handle.id):
+        with journal.incident_lock(ctx, handle.id) as status:  # read under the lock: never stale
+            if status == "done" or (status is None and handle.status == "done"):
+                log.info("incident %s for job %s is already remediated: nothing to do", handle.id, job_id)
+                return FlowReport(incident_id=handle.id, subject=f"job {job_id}", status="duplicate")
             return _remediate(ctx, handle, job, event)
     except journal.IncidentBusy as busy:
         log.info("%s: leaving it to that run", busy)

@@ -53,11 +53,15 @@ IncidentBusy = locks.IncidentBusy
 
 
 @contextlib.contextmanager
-def incident_lock(ctx: PipelineContext, incident_id: int) -> Iterator[None]:
+def incident_lock(ctx: PipelineContext, incident_id: int) -> Iterator[str | None]:
     """Held while this run remediates the incident; IncidentBusy at once if another run has it.
-    A context without a store (a bare one in tests) takes the file lock under settings.home."""
-    with incident_locks(getattr(ctx, "store", None), ctx.settings.home).hold(incident_id, ctx.flow_run_id):
-        yield None
+    Yields the incident's status read under the lock (None without a store): the one its caller
+    read before may be stale, since a run that held the lock a moment ago may have finished it (a
+    duplicate delivery a little late must not remediate twice). A context without a store (a bare
+    one in tests) takes the file lock under settings.home."""
+    store = getattr(ctx, "store", None)
+    with incident_locks(store, ctx.settings.home).hold(incident_id, ctx.flow_run_id):
+        yield records.get_incident(store, incident_id).status if store is not None else None
 
 
 class JournalEntry(BaseModel):

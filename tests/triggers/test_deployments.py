@@ -146,8 +146,15 @@ def test_failed_job_event_starts_post_failure_once(served: dict, isolated_home: 
     spool = Spool(isolated_home / "spool")
     [sent] = list(spool.sent.glob("*.json"))
     spool.write(spool.read(sent))
-    report = flush(spool, PrefectEventsClient(served["env"]["PREFECT_API_URL"], 5.0), keep_sent=10)
-    assert report.delivered == 1
+    client = PrefectEventsClient(served["env"]["PREFECT_API_URL"], 5.0)
+    report = flush(spool, client, keep_sent=10)
+    # `pitstop up`'s own deliverer may hold the spool at that moment and send it itself: either
+    # way the duplicate leaves the spool (under load CI saw skipped_locked once).
+    deadline = time.monotonic() + 30
+    while report.skipped_locked and time.monotonic() < deadline:
+        time.sleep(0.5)
+        report = flush(spool, client, keep_sent=10)
+    assert not report.skipped_locked and report.pending == report.quarantined == 0 and not report.errors, report
     time.sleep(8)  # trigger evaluation and the runner's poll, several times over
     assert len(_wait_for_runs(rest, deployment["id"], job.job_id, timeout_s=0, since=served["since"])) == 1
 

@@ -20,6 +20,8 @@ full /dev/shm (host_oom) beats both; 81 a GPU allocator's own failure
 41 an uncaught C++ exception (`terminate called after throwing`) beats the SIGABRT it causes (40),
 and 42 a CUDA error beats both (the exception that wraps it, the signal that follows it), so its
 Xid alternative stays on the verdict.
+87 a peer reached at Docker's bridge address (environment) beats the fabric and c10d-store rows
+(83-86) that read the same refused connection as the network's fault.
 62 HCCL's collective-argument mismatch (software_bug) beats the HCCL timeout (60) it causes.
 A job STEP cancelled sits at 34, below the crash signals and CUDA/HIP errors (40+) that make srun
 cancel a step and above the kill that follows a cancel (sigkill 33); CUDA's devices-unavailable
@@ -235,6 +237,19 @@ RULES: tuple[Rule, ...] = (
     # ...or reaches it and is refused: no key for the user there, or an unknown host key.
     _r("ssh-connect-failed", EN, 72, r"ssh: connect to host[^\n]{0,80}(Connection refused|No route to host|timed out)|Permission denied \(publickey|Host key verification failed",
        "launcher cannot ssh to a node: check sshd, port and keys"),
+    # A peer reached at 172.17.0.1, the address of Docker's default bridge (docker0) that every
+    # Docker host has: NCCL, Gloo, UCX or MPI picked the bridge as the job's interface, so ranks on
+    # different hosts try to reach their own host (Docker networking docs; NCCL_SOCKET_IFNAME,
+    # GLOO_SOCKET_IFNAME, UCX_NET_DEVICES select the interface). Above the fabric and c10d-store
+    # rows (83-86) whose words the same failed connection prints.
+    _r("docker-bridge-peer", EN, 87, r"172\.17\.0\.1[^\n]{0,80}(refused|No route to host|unreachable|timed out)|(refused|unreachable|timed out|failed)[^\n]{0,120}172\.17\.0\.1\b",
+       "the job connected to 172.17.0.1, Docker's bridge (docker0): set NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME / UCX_NET_DEVICES to the cluster interface",
+       confidence=0.8),
+    # A tool that refuses to run without root (a profiler needing a kernel setting, a launcher
+    # refusing to run as root): the job's environment, not its code.
+    _r("needs-root", EN, 72, r"(run|rerun|execute)[^\n]{0,20} (as|with) root privileges?|(requires?|needs?) root privileges?|must be run as root\b",
+       "the program needs root (or refuses it): run it with the privileges it asks for, or change the node setting it names",
+       confidence=0.7),
     # --- NCCL / c10d timeouts --------------------------------------------------------------------
     _r("nccl-watchdog-timeout", NC, 60, r"Watchdog caught collective operation timeout|collective operation timeout",
        "a collective timed out: find the straggling rank/node (check its Xid/IB logs) before requeueing"),
@@ -320,6 +335,13 @@ RULES: tuple[Rule, ...] = (
        "GPU memory exhausted: smaller batch, activation checkpointing, or more GPUs"),
     _r("tf-oom", CO, 80, r"OOM when allocating tensor|ResourceExhaustedError",
        "GPU memory exhausted (TensorFlow): smaller batch or model"),
+    # ROCm's runtime (HSA) failing to allocate on the GPU: "HSA_STATUS_ERROR_OUT_OF_RESOURCES: The
+    # runtime failed to allocate the necessary resources ... Available Free mem : 0 MB" (ROCm HIP
+    # runtime, rocdevice.cpp). Most often the device's memory; the same status also covers queues and
+    # threads, hence below the named OOM rows' confidence.
+    _r("rocm-hsa-out-of-resources", CO, 80, r"HSA_STATUS_ERROR_OUT_OF_RESOURCES|Available Free mem : 0 MB",
+       "the ROCm runtime could not allocate on the GPU (most often its memory is full): smaller batch, free device memory between steps",
+       confidence=0.75, caseless=False),
     # XLA (JAX, torch_xla, TF on TPU) says RESOURCE_EXHAUSTED with the memory space: hbm is the
     # accelerator's own memory (openxla/xla status messages; Cloud TPU troubleshooting guide).
     _r("xla-oom", CO, 80, r"RESOURCE_EXHAUSTED: (Out of memory|Failed to allocate|Attempting to (reserve|allocate)|Error allocating device buffer|[^\n]{0,120}memory space hbm)|Ran out of memory in memory space (hbm|vmem)|Out of memory while trying to allocate|Resource exhausted: [^\n]{0,160}(memory|hbm|allocat)|HBM capacity [0-9.]+ ?[KMGT]|Program hbm requirement|Attempting to reserve [0-9.]+ ?[KMGT]i?B? at the bottom of memory",
@@ -551,6 +573,12 @@ RULES: tuple[Rule, ...] = (
        "a CUDA call failed: read the error; hardware only if it repeats on one node", confidence=0.6),
     _r("py-{1}", SW, 31, r"\b([A-Z][A-Za-z0-9_]*(Error|Exception)): ", USER, caseless=False, confidence=0.7),
     _r("py-traceback", SW, 30, r"Traceback \(most recent call last\)", USER, confidence=0.6, caseless=False),
+    # Open MPI's default error handler firing: an MPI call returned an error and the job aborts
+    # (MPI standard, MPI_ERRORS_ARE_FATAL). It is what makes srun cancel the step (34), so it sits
+    # above that; any named cause printed before it (a fabric or memory row) still wins.
+    _r("mpi-errors-are-fatal", SW, 36, r"MPI_ERRORS_ARE_FATAL|\*\*\* An error occurred in MPI_[A-Za-z_]+",
+       "an MPI call failed and the job aborted: the lines before it say why (a peer it could not reach, a bad argument)",
+       confidence=0.5, caseless=False),
     # A program's own error report with its source location (IOR `(aiori-POSIX.c:219)`) or its own
     # abort routine (Charm++ CmiAbort, MPI_Abort called by the application): a check in the code
     # failed; weaker than any named cause it may print first.
@@ -619,6 +647,11 @@ RULES: tuple[Rule, ...] = (
     # TensorFlow's input queues cancelled when the session closes at the end of training.
     _r("tf-queue-closed-at-exit", OK, 4, r"Skipping cancelled (enqueue|dequeue) attempt with queue not closed",
        "TensorFlow's input queues were cancelled as the session closed (end of training): harmless; nothing in the log says the job failed", confidence=0.45),
+    # TensorFlow's info-level NUMA notices at start-up (a VM or container without NUMA in sysfs):
+    # TensorFlow logs them at INFO level (cuda_gpu_executor.cc, pluggable_device_factory.cc) and still
+    # creates the device.
+    _r("tf-numa-notice", OK, 4, r"successful NUMA node read from SysFS had negative value|Could not identify NUMA node of platform GPU ID|Your kernel may not have been built with NUMA support",
+       "TensorFlow's NUMA notices at start-up: harmless; nothing in the log says the job failed", confidence=0.45),
     _r("training-progress", OK, 3, r"\bepoch[ :=\[]*[0-9]+|\bloss[ :=]+[0-9]|\biteration[ :=]+[0-9]+|\bstep[ :=]+[0-9]+",
        "the log shows normal training progress and no failure", confidence=0.4),
 )

@@ -23,11 +23,16 @@ BARE_XID_PREFIX = r"\bXid:? "
 # NVIDIA's k8s device plugin (and the GPU Operator that runs it) reports the Xids it watches through
 # NVML's events: "XidCriticalError: Xid=79 on Device=GPU-..., marking device as unhealthy".
 DEVICE_PLUGIN_XID_PREFIX = r"XidCriticalError: Xid="
+# The reason an admin or a health check set on a node taken out of service, as the scheduler prints
+# it: Slurm's `Reason=Xid 79 ...` (scontrol show node), PBS's `offline,resv-exclusive Xid 74 --
+# GPUs need reseat` (pbsnodes -l). The node's state word or Reason= must come first on the line.
+NODE_REASON_XID_PREFIX = r"(?:Reason=|\b(?:offline|drain|drained|draining|down|fail)\b[^\n]{0,60}?)Xid:? "
 
 
 def xid_pattern(numbers: str) -> str:
     """Any Xid form for `numbers` (a regex alternation); the number is the first group that matched."""
-    return f"{XID_PREFIX}({numbers})\\b|{BARE_XID_PREFIX}({numbers}),|{DEVICE_PLUGIN_XID_PREFIX}({numbers})\\b"
+    return (f"{XID_PREFIX}({numbers})\\b|{BARE_XID_PREFIX}({numbers}),|{DEVICE_PLUGIN_XID_PREFIX}({numbers})\\b"
+            f"|{NODE_REASON_XID_PREFIX}({numbers})\\b")
 
 CAUSE_OF: dict[Implicates, Cause] = {
     Implicates.HARDWARE: Cause.GPU_HARDWARE,

@@ -431,4 +431,13 @@ CASES: list[tuple[str, str, str]] = [
     ("gpu-017 | ERROR: nhc: Health check failed: check_hw_ib: No IB port mlx5_ib3:1 is ACTIVE (LinkUp 400 Gb/sec).", "network_fabric", "nhc-ib-check-failed"),
     ("slurmd[812]: [2025-01-02T03:04:05.006] error: Security violation, ping RPC from uid 990", "environment", "slurm-uid-mismatch"),
     ("slurmd[812]: error: Security violation: kill_job(41) from uid 990", "environment", "slurm-uid-mismatch"),
+    # round AB's families
+    ("x3014c0s19b0n0       offline,resv-exclusive Xid 74 -- GPUs need reseat", "gpu_hardware", "xid-74"),
+    ("   State=DOWN+DRAIN ThreadsPerCore=2\n   Reason=Xid 79 GPU fell off the bus [root@2025-03-01T10:00:00]", "gpu_hardware", "xid-79"),
+    (":0:rocdevice.cpp            :2724: 377148849098 us: [pid:97988 tid:0x14d31dbff700] Callback: Queue 0x14d31aa00000 Aborting with error : HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed to allocate the necessary resources. Code: 0x1008 Available Free mem : 0 MB", "cuda_oom", "rocm-hsa-out-of-resources"),
+    ("[1695332443.361791] [node0:1224050:0]            sock.c:323  UCX  ERROR   connect(fd=42, dest_addr=172.17.0.1:54351) failed: Connection refused", "environment", "docker-bridge-peer"),
+    ("[E socket.cpp:922] [c10d] The client socket has timed out after 900s while trying to connect to (172.17.0.1, 29500).", "environment", "docker-bridge-peer"),
+    ("Error: NMI watchdog is enabled. NMI uses one Core HW PMC counter.\nPlease disable NMI watchdog - run with root privilege: echo 0 > /proc/sys/kernel/nmi_watchdog", "environment", "needs-root"),
+    ("[node1:12345] *** An error occurred in MPI_Bcast\n[node1:12345] *** MPI_ERRORS_ARE_FATAL (processes in this communicator will now abort,\nslurmstepd: error: *** STEP 1484.0 ON node1 CANCELLED AT 2023-09-21T21:40:43 ***", "software_bug", "mpi-errors-are-fatal"),
+    ("2021-11-24 09:01:58.877869: I tensorflow/stream_executor/cuda/cuda_gpu_executor.cc:937] successful NUMA node read from SysFS had negative value (-1), but there must be at least one NUMA node, so returning NUMA node zero", "success", "tf-numa-notice"),
 ]

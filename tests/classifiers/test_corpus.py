@@ -91,8 +91,8 @@ def _rounds(tmp_path, keep) -> Path:
 
 
 def test_second_corpus_of_real_excerpts_from_other_threads(tmp_path) -> None:
-    """1,030 excerpts from threads and documents outside the dev set (see harvest-README.md), rounds A-AA."""
-    assert evaluate_corpus(HARVEST).total == 1030
+    """1,076 excerpts from threads and documents outside the dev set (see harvest-README.md), rounds A-AB."""
+    assert evaluate_corpus(HARVEST).total == 1076
     # Rounds A-H (308 rows): floors just under today's figures (accuracy 0.860; 0.984 unambiguous).
     report = evaluate_corpus(_rounds(tmp_path, lambda r: r not in {row[0] for row in ROUND_FLOORS}))
     assert report.total == 308
@@ -242,6 +242,15 @@ ROUND_FLOORS: list[tuple[str, int, float, float]] = [
     # InfiniBand checks, slurmd's Security violation from another uid): 0.667 (0.857), macro-F1
     # 0.741. Floors at today's figures.
     ("AA", 30, 0.667 - 1e-3, 0.857 - 1e-3),
+    # Round AB (46 rows, 26 ambiguous; 2026-12-07; LLM-training, infrastructure, scientific-code
+    # threads and HPC centres' documents): scored on a frozen copy of commit 684c3e4 (the model
+    # retrained on A-AA, lean floor 0.4) before anything was changed for it: 0.478 (0.700
+    # unambiguous), macro-F1 0.583; rules alone 0.435 (0.650); with the lean floor at 0.5, 0.457.
+    # After its families (a node's scheduler reason naming an Xid, ROCm's HSA out of resources,
+    # a peer at Docker's bridge address, a tool that needs root, Open MPI's fatal error handler over
+    # the step cancel, TensorFlow's NUMA notices as weak success): 0.609 (0.800), macro-F1 0.646.
+    # Floors at today's figures.
+    ("AB", 46, 0.609 - 1e-3, 0.800 - 1e-3),
 ]
 
 

@@ -20,6 +20,8 @@ full /dev/shm (host_oom) beats both; 81 a GPU allocator's own failure
 41 an uncaught C++ exception (`terminate called after throwing`) beats the SIGABRT it causes (40),
 and 42 a CUDA error beats both (the exception that wraps it, the signal that follows it), so its
 Xid alternative stays on the verdict.
+97 a GPU in a confidential-computing mode the host does not support (environment) beats the
+RmInitAdapter failure (96) it causes.
 87 a peer reached at Docker's bridge address (environment) beats the fabric and c10d-store rows
 (83-86) that read the same refused connection as the network's fault.
 62 HCCL's collective-argument mismatch (software_bug) beats the HCCL timeout (60) it causes.
@@ -103,6 +105,11 @@ RULES: tuple[Rule, ...] = (
     _r("amdgpu-hardware-error", G, 95,
        r"amdgpu [^\n]{0,80}(uncorrectable hardware error|\[Hardware Error\]|GPU reset begin|ring [a-z0-9_.]+ timeout)",
        "AMD GPU hardware error (RAS/ACA event or ring timeout): " + DRAIN),
+    # amdgpu unable to run the card's VBIOS at boot ("atombios stuck", "gpu post error"): the card
+    # itself (AMD support in ROCm/legacy-rocm-build#1320). A bare "Fatal error during GPU init" is not enough: a
+    # host BIOS without Above 4G decoding / Resizable BAR prints it too.
+    _r("amdgpu-init-failed", G, 96, r"amdgpu [^\n]{0,40}gpu post error|atombios stuck (in loop|executing)",
+       "the AMD GPU failed to initialise (VBIOS/POST): " + DRAIN, confidence=0.8),
     _r("pcie-bus-error-uncorrected", G, 87, r"PCIe Bus Error: severity=(Uncorrected|Fatal)",
        "PCIe link error: " + DRAIN, confidence=0.75),
     # An Xid missing from the catalog: weaker than any catalogued one, stronger than success.
@@ -160,7 +167,9 @@ RULES: tuple[Rule, ...] = (
        "RoCE error completion under HCCL (retry limit exceeded, port flapping) or a peer that exited first: " + FABRIC),
     _r("nccl-ib-completion-error", NF, 87, r"NET/IB ?: ?Got completion|Got completion from peer[^\n]{0,80}(status|error)",
        "IB completion error: " + FABRIC),
-    _r("ib-wc-error", NF, 87, r"IBV_WC_[A-Z_]*ERR|transport retry count(er)? exceeded|RETRY_EXC_ERR",
+    # ...and the same completion errors as other MPIs print them (ParaStation MPI: "ibv_poll_cq():
+    # Infiniband returned the wrong Opcode").
+    _r("ib-wc-error", NF, 87, r"IBV_WC_[A-Z_]*ERR|transport retry count(er)? exceeded|RETRY_EXC_ERR|ibv_poll_cq\(\)?:? [^\n]{0,40}(wrong Opcode|bad status|error)",
        "IB work completion error: " + FABRIC),
     _r("ibv-call-failed", NF, 86, r"\bibv_[a-z_]+ failed|Call to ibv_[a-z_]+ failed",
        "RDMA verbs call failed (link, device or memlock limit): " + FABRIC),
@@ -171,6 +180,10 @@ RULES: tuple[Rule, ...] = (
        confidence=0.6),
     # LBNL's Node Health Check (NHC, run by Slurm's HealthCheckProgram; Azure's HPC images ship it)
     # failing its InfiniBand checks: a port not ACTIVE, or an IB loopback far below its bandwidth.
+    # The port's state as iproute2's `rdma link` prints it: a port DOWN and polling (no link
+    # partner, a bad cable) or flapping between states.
+    _r("rdma-link-down", NF, 86, r"\blink [A-Za-z0-9_]+/[0-9]+ [^\n]{0,120}\bstate DOWN physical_state (POLLING|DISABLED|LINK_ERROR_RECOVERY|LINK_UP)",
+       "an RDMA port is down (rdma link: DOWN/POLLING or flapping): " + FABRIC, confidence=0.8),
     _r("nhc-ib-check-failed", NF, 86, r"Health check failed: +check_(hw_ib|nccl_allreduce_ib_loopback)\b|No IB port [^\n]{0,40}is ACTIVE",
        "the node's health check failed its InfiniBand test (port down or bandwidth far below expected): " + FABRIC),
     _r("mlx5-error", NF, 86, r"mlx5[^\n]{0,80}(completion with error|link down|syndrome|fatal)",
@@ -245,6 +258,11 @@ RULES: tuple[Rule, ...] = (
     _r("docker-bridge-peer", EN, 87, r"172\.17\.0\.1[^\n]{0,80}(refused|No route to host|unreachable|timed out)|(refused|unreachable|timed out|failed)[^\n]{0,120}172\.17\.0\.1\b",
        "the job connected to 172.17.0.1, Docker's bridge (docker0): set NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME / UCX_NET_DEVICES to the cluster interface",
        confidence=0.8),
+    # A GPU left in confidential-computing mode on a host (or guest) that does not run it: the
+    # driver refuses the GPU ("CPU does not support confidential compute"); NVIDIA's CC deployment
+    # guide sets the mode with gpu-admin-tools. The node's configuration, not a faulty GPU.
+    _r("gpu-cc-mode-mismatch", EN, 97, r"does not support confidential compute|confComputeConstructEngine[^\n]{0,80}(fail|not support)",
+       "the GPU is in confidential-computing mode the host does not support: set its CC mode (gpu-admin-tools) to match", confidence=0.8),
     # A tool that refuses to run without root (a profiler needing a kernel setting, a launcher
     # refusing to run as root): the job's environment, not its code.
     _r("needs-root", EN, 72, r"(run|rerun|execute)[^\n]{0,20} (as|with) root privileges?|(requires?|needs?) root privileges?|must be run as root\b",
@@ -331,7 +349,7 @@ RULES: tuple[Rule, ...] = (
        "the process was SIGKILLed, most often by the OOM killer: check dmesg / sacct MaxRSS",
        confidence=0.55, caseless=False),
     # --- CUDA / accelerator memory ----------------------------------------------------------------
-    _r("cuda-oom", CO, 80, r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|HIP out of memory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory",
+    _r("cuda-oom", CO, 80, r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|HIP out of memory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|\b(NPU|XPU|HPU) out of memory|MPS backend out of memory",
        "GPU memory exhausted: smaller batch, activation checkpointing, or more GPUs"),
     _r("tf-oom", CO, 80, r"OOM when allocating tensor|ResourceExhaustedError",
        "GPU memory exhausted (TensorFlow): smaller batch or model"),
@@ -650,6 +668,10 @@ RULES: tuple[Rule, ...] = (
     # TensorFlow's info-level NUMA notices at start-up (a VM or container without NUMA in sysfs):
     # TensorFlow logs them at INFO level (cuda_gpu_executor.cc, pluggable_device_factory.cc) and still
     # creates the device.
+    # JAX probing the backends it was not built for at start-up (xla_bridge: the remote TPU driver,
+    # ROCm on a CUDA machine): info lines; a missing CUDA backend is another matter and not here.
+    _r("jax-backend-probe", OK, 4, r"Unable to initialize backend '(tpu_driver|rocm)'",
+       "JAX probing backends this machine does not have: harmless; nothing in the log says the job failed", confidence=0.45),
     _r("tf-numa-notice", OK, 4, r"successful NUMA node read from SysFS had negative value|Could not identify NUMA node of platform GPU ID|Your kernel may not have been built with NUMA support",
        "TensorFlow's NUMA notices at start-up: harmless; nothing in the log says the job failed", confidence=0.45),
     _r("training-progress", OK, 3, r"\bepoch[ :=\[]*[0-9]+|\bloss[ :=]+[0-9]|\biteration[ :=]+[0-9]+|\bstep[ :=]+[0-9]+",

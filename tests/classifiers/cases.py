@@ -440,4 +440,13 @@ CASES: list[tuple[str, str, str]] = [
     ("Error: NMI watchdog is enabled. NMI uses one Core HW PMC counter.\nPlease disable NMI watchdog - run with root privilege: echo 0 > /proc/sys/kernel/nmi_watchdog", "environment", "needs-root"),
     ("[node1:12345] *** An error occurred in MPI_Bcast\n[node1:12345] *** MPI_ERRORS_ARE_FATAL (processes in this communicator will now abort,\nslurmstepd: error: *** STEP 1484.0 ON node1 CANCELLED AT 2023-09-21T21:40:43 ***", "software_bug", "mpi-errors-are-fatal"),
     ("2021-11-24 09:01:58.877869: I tensorflow/stream_executor/cuda/cuda_gpu_executor.cc:937] successful NUMA node read from SysFS had negative value (-1), but there must be at least one NUMA node, so returning NUMA node zero", "success", "tf-numa-notice"),
+    # round AC's families
+    ("359: <PSP:r0000359:ib:ibv_poll_cq(): Infiniband returned the wrong Opcode 5408>", "network_fabric", "ib-wc-error"),
+    ("link mlx5_7/1 subnet_prefix fe80:0000:0000:0000 lid 3403 sm_lid 1 lmc 0 state DOWN physical_state POLLING", "network_fabric", "rdma-link-down"),
+    ("amdgpu 0000:67:00.0: gpu post error!\namdgpu 0000:67:00.0: Fatal error during GPU init", "gpu_hardware", "amdgpu-init-failed"),
+    ("[drm:atom_op_jump [amdgpu]] *ERROR* atombios stuck in loop for more than 5secs aborting", "gpu_hardware", "amdgpu-init-failed"),
+    ("RuntimeError: NPU out of memory. Tried to allocate 386.00 MiB (NPU 2; 60.97 GiB total capacity; 59.57 GiB already allocated)", "cuda_oom", "cuda-oom"),
+    ("RuntimeError: MPS backend out of memory (MPS allocated: 17.00 GB, other allocations: 1.20 GB, max allowed: 18.13 GB).", "cuda_oom", "cuda-oom"),
+    ("NVRM: GPU0 confComputeConstructEngine_IMPL: CPU does not support confidential compute.\nNVRM: RmInitAdapter failed! (0x62:0x40:1839)", "environment", "gpu-cc-mode-mismatch"),
+    ("I0820 16:10:25.293788 140208504612672 xla_bridge.py:353] Unable to initialize backend 'tpu_driver': NOT_FOUND: Unable to find driver in registry given worker: ", "success", "jax-backend-probe"),
 ]

@@ -91,8 +91,8 @@ def _rounds(tmp_path, keep) -> Path:
 
 
 def test_second_corpus_of_real_excerpts_from_other_threads(tmp_path) -> None:
-    """1,076 excerpts from threads and documents outside the dev set (see harvest-README.md), rounds A-AB."""
-    assert evaluate_corpus(HARVEST).total == 1076
+    """1,111 excerpts from threads and documents outside the dev set (see harvest-README.md), rounds A-AC."""
+    assert evaluate_corpus(HARVEST).total == 1111
     # Rounds A-H (308 rows): floors just under today's figures (accuracy 0.860; 0.984 unambiguous).
     report = evaluate_corpus(_rounds(tmp_path, lambda r: r not in {row[0] for row in ROUND_FLOORS}))
     assert report.total == 308
@@ -251,6 +251,15 @@ ROUND_FLOORS: list[tuple[str, int, float, float]] = [
     # the step cancel, TensorFlow's NUMA notices as weak success): 0.609 (0.800), macro-F1 0.646.
     # Floors at today's figures.
     ("AB", 46, 0.609 - 1e-3, 0.800 - 1e-3),
+    # Round AC (35 rows, 15 ambiguous; 2026-12-07; the rarest labels by their systems' words, forum-
+    # like issue threads, log files committed to repositories, other accelerators' threads): scored
+    # on a frozen copy of commit 13031de (round AB's families in) before anything was changed for
+    # it: 0.743 (0.800 unambiguous), macro-F1 0.797; rules alone 0.714 (0.750). After its families
+    # (verbs poll-CQ errors as ParaStation MPI prints them, `rdma link` ports DOWN, amdgpu's VBIOS
+    # failing at POST, NPU/XPU/HPU/MPS out of memory, a GPU in a confidential-computing mode the
+    # host lacks, JAX probing absent backends as weak success): 0.914 (0.950), macro-F1 0.906.
+    # Floors at today's figures.
+    ("AC", 35, 0.914 - 1e-3, 0.950 - 1e-3),
 ]
 
 

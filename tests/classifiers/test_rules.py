@@ -87,3 +87,19 @@ def test_bare_xid_events_name_their_xid_and_prose_does_not() -> None:
         assert verdict.signature == f"xid-{xid}" and verdict.cause is CAUSE_OF[info.implicates], xid
     assert classify_text("Xid: 9999, some future event").signature == "xid-9999"
     assert classify_text("no Xid 79 since the last reboot\n").cause.value == "unknown"
+
+
+def test_node_reasons_naming_an_xid_are_xid_events_and_other_prose_is_not() -> None:
+    """A scheduler's reason on a node out of service ("offline ... Xid 74", "Reason=Xid 79") is the
+    catalogued Xid; the same words without the node's state or Reason= are not."""
+    assert classify_text("x3014c0s19b0n0       offline,resv-exclusive Xid 74 -- GPUs need reseat").signature == "xid-74"
+    assert classify_text("   Reason=Xid 79 GPU fell off the bus [root@2025-03-01T10:00:00]").signature == "xid-79"
+    assert classify_text("we saw Xid 74 once last year\n", learned=False).cause.value == "unknown"
+
+
+def test_a_bare_amdgpu_init_failure_is_not_called_the_gpu() -> None:
+    """'Fatal error during GPU init' alone is also what a host BIOS without Above 4G decoding prints;
+    only the VBIOS failing to run ("gpu post error", "atombios stuck") names the card."""
+    bare = "[    9.292134] amdgpu 0000:83:00.0: amdgpu: Fatal error during GPU init"
+    assert classify_text(bare, learned=False).cause.value == "unknown"
+    assert classify_text(bare + "\namdgpu 0000:83:00.0: gpu post error!").signature == "amdgpu-init-failed"

@@ -169,6 +169,11 @@ RULES: tuple[Rule, ...] = (
        "IB completion error: " + FABRIC),
     # ...and the same completion errors as other MPIs print them (ParaStation MPI: "ibv_poll_cq():
     # Infiniband returned the wrong Opcode").
+    # libfabric's completion-queue errors as MPICH/Cray MPICH report them ("OFI poll failed ...
+    # UNDELIVERABLE": the fabric could not deliver a message; HPE Slingshot's known failure, OLCF
+    # Frontier's known issues). Its errno text ("Input/output error") is not the filesystem's.
+    _r("ofi-cq-error", NF, 87, r"OFI poll failed \([^\n]{0,160}(UNDELIVERABLE|Transport retry|Connection timed out)|MPIDI_OFI_handle_cq_error[^\n]{0,120}(UNDELIVERABLE|failed)",
+       "the fabric could not deliver an MPI message (libfabric completion error): " + FABRIC),
     _r("ib-wc-error", NF, 87, r"IBV_WC_[A-Z_]*ERR|transport retry count(er)? exceeded|RETRY_EXC_ERR|ibv_poll_cq\(\)?:? [^\n]{0,40}(wrong Opcode|bad status|error)",
        "IB work completion error: " + FABRIC),
     _r("ibv-call-failed", NF, 86, r"\bibv_[a-z_]+ failed|Call to ibv_[a-z_]+ failed",
@@ -349,7 +354,7 @@ RULES: tuple[Rule, ...] = (
        "the process was SIGKILLed, most often by the OOM killer: check dmesg / sacct MaxRSS",
        confidence=0.55, caseless=False),
     # --- CUDA / accelerator memory ----------------------------------------------------------------
-    _r("cuda-oom", CO, 80, r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|HIP out of memory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|\b(NPU|XPU|HPU) out of memory|MPS backend out of memory",
+    _r("cuda-oom", CO, 80, r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|HIP out of memory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|\b(NPU|XPU|HPU) out of memory|MPS backend out of memory|\b(UR|ZE)_RESULT_ERROR_OUT_OF_DEVICE_MEMORY",
        "GPU memory exhausted: smaller batch, activation checkpointing, or more GPUs"),
     _r("tf-oom", CO, 80, r"OOM when allocating tensor|ResourceExhaustedError",
        "GPU memory exhausted (TensorFlow): smaller batch or model"),
@@ -456,7 +461,9 @@ RULES: tuple[Rule, ...] = (
     # mmcv>=...", transformers' require_version "... is required for a normal functioning of this
     # module, but found x==y"): the environment, not the AssertionError it raises. pip's resolver
     # warning ("requires x>=2, but you have x 1.9") is left out: installs print it and then run fine.
-    _r("package-version-incompatible", EN, 72, r"==[^\n ]{1,40} is used but incompatible|is required for a normal functioning of this module, but found",
+    # Ray's own check that a driver matches its cluster ("Version mismatch: The cluster was started
+    # with: Ray ... Python ...") is the same family.
+    _r("package-version-incompatible", EN, 72, r"==[^\n ]{1,40} is used but incompatible|is required for a normal functioning of this module, but found|Version mismatch: The cluster was started with",
        "an installed package is a version another one does not accept: pin compatible versions in the job's environment"),
     _r("command-not-found", EN, 68, r"command not found|: not found\b|No such file or directory: '(nvcc|python|torchrun|deepspeed)'|execve\(\): [^\n]{0,120}No such file or directory",
        "a required program is not on PATH in the job environment"),
@@ -464,7 +471,7 @@ RULES: tuple[Rule, ...] = (
        "mpirun could not start its daemons: check PATH/LD_LIBRARY_PATH and ssh on all nodes"),
     # Families from round K (scored first, then generalised): the job's container, loader or MPI
     # set-up failing before any training code ran.
-    _r("container-runtime-failed", EN, 72, r"pyxis: (failed to|couldn't) (import|create|start|execute)|\benroot(-[a-z]+)?: (error|\[ERROR\])|FATAL: +(container creation failed|while (extracting|making|creating)[^\n]{0,40}image|could not open image)|nvidia-container-cli: (initialization|mount|ldcache|detection) error|OCI runtime (create|exec) failed|failed to create (shim )?task|no runtime for \"?nvidia\"? is configured|Squashfs image uses [a-z0-9]+ compression, this version supports only",
+    _r("container-runtime-failed", EN, 72, r"pyxis: (failed to|couldn't) (import|create|start|execute)|\benroot(-[a-z]+)?: (error|\[ERROR\])|FATAL: +(container creation failed|while (extracting|making|creating)[^\n]{0,40}image|could not open image)|nvidia-container-cli: (initialization|mount|ldcache|detection) error|OCI runtime (create|exec) failed|failed to create (shim )?task|no runtime for \"?nvidia\"? is configured|Squashfs image uses [a-z0-9]+ compression, this version supports only|toomanyrequests: You have reached your pull rate limit",
        "the job's container could not be set up (pyxis/enroot, Apptainer, nvidia-container-toolkit): fix the runtime's configuration or the image"),
     _r("cuda-library-not-found", EN, 71, r"lib(cudart|cuda|nccl|cudnn|cublas)[a-z0-9_]*\.so[^\n]{0,40}\bnot found|did not contain \[?'lib[a-z0-9_]+\.so|(could not|unable to|failed to) (find|locate|load) (the )?(lib)?(cuda|cudart|nccl|cudnn|cublas)( runtime| library| libraries|\.so)",
        "a CUDA library is not found where the job looks: fix LD_LIBRARY_PATH or the package's CUDA set-up"),
@@ -479,6 +486,8 @@ RULES: tuple[Rule, ...] = (
     _r("metrics-row-nan", NU, 68, r"^[ \t]*[0-9]+[ \t,|]+[-+]?(nan|inf)\b[-+0-9.e \t,|naif]*$",
        "a printed metrics row turned NaN/Inf: lower the learning rate, check fp16 loss scaling, skip bad batches",
        confidence=0.7),
+    # MLPerf's reference implementations stop a run whose quality collapsed and print "MODEL DIVERGED".
+    _r("model-diverged", NU, 70, r"\bMODEL DIVERGED\b", "the training diverged (the framework's own check stopped it): lower the learning rate, check the data", caseless=False),
     _r("nan-detected", NU, 69, r"found (a )?NaN|returned nan values|(coordinate|coordinates|position|positions|velocity|velocities|energy) (is|are|became) nan\b|tensor\(\[+nan, nan, nan|Nan in summary histogram|NaN or Inf found|contains NaN|isnan|Detected (NaN|inf)|nan values in|Encountered (a )?NaN|(loss|gradients?) (is|are|became) (not finite|non-finite)|non-finite (loss|gradient)|ignored a value of (nan|inf)\b",
        "NaN/Inf values in the model: the run diverged; fix before requeueing"),
     _r("loss-scale-collapse", NU, 70, r"loss scale already at minimum|cannot decrease scale anymore|Minimum loss scale reached",
@@ -630,7 +639,7 @@ RULES: tuple[Rule, ...] = (
     _r("child-failed", CS, 20, r"ChildFailedError|terminated with signal|died with <Signals|exited with (signal|code)",
        "a worker process died: read the first failing rank's log", confidence=0.5),
     # --- Success ---------------------------------------------------------------------------------
-    _r("training-complete", OK, 5, r"'train_runtime': [0-9]|Successful completion of (geogrid|ungrib|metgrid|real|wrf)|SUCCESS COMPLETE (WRF|REAL_EM)|(program|training|job|run|script|process) (ended|finished|completed|exited) successfully|training (job )?(is )?(complete|completed|finished|done)\b|finished training|Saving final model|all done\b|(job|run) completed successfully|Engine run complete|End of run\b|EXIT_CODE=0\b|exited with (exit )?code 0\b|\*\*\*\*\* train metrics \*\*\*\*\*|Training finished|wandb: Synced [0-9]+ W&B file",
+    _r("training-complete", OK, 5, r"'train_runtime': [0-9]|Successful completion of (geogrid|ungrib|metgrid|real|wrf)|SUCCESS COMPLETE (WRF|REAL_EM)|(program|training|job|run|script|process) (ended|finished|completed|exited) successfully|training (job )?(is )?(complete|completed|finished|done)\b|finished training|Saving final model|all done\b|(job|run) completed successfully|Engine run complete|End of run\b|EXIT_CODE=0\b|exited with (exit )?code 0\b|\*\*\*\*\* train metrics \*\*\*\*\*|Training finished|wandb: Synced [0-9]+ W&B file|\"key\": \"run_stop\"[^\n]{0,200}\"status\": \"success\"",
        "the job finished normally", confidence=0.7),
     # Slurm's own words for a clean end (sacct / scontrol / a site's summary line): COMPLETED, 0:0.
     _r("slurm-state-completed", OK, 5, r"JobState=COMPLETED\b|\bCOMPLETED,?( +exit(code)?:?| +ExitCode=)? *0:0\b",

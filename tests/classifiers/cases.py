@@ -449,4 +449,11 @@ CASES: list[tuple[str, str, str]] = [
     ("RuntimeError: MPS backend out of memory (MPS allocated: 17.00 GB, other allocations: 1.20 GB, max allowed: 18.13 GB).", "cuda_oom", "cuda-oom"),
     ("NVRM: GPU0 confComputeConstructEngine_IMPL: CPU does not support confidential compute.\nNVRM: RmInitAdapter failed! (0x62:0x40:1839)", "environment", "gpu-cc-mode-mismatch"),
     ("I0820 16:10:25.293788 140208504612672 xla_bridge.py:353] Unable to initialize backend 'tpu_driver': NOT_FOUND: Unable to find driver in registry given worker: ", "success", "jax-backend-probe"),
+    # rounds AD and AE's families
+    ("Training failed: Native API failed. Native API returns: 39 (UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)", "cuda_oom", "cuda-oom"),
+    ("MPIDI_OFI_handle_cq_error(1062): OFI poll failed (ofi_events.c:1064:MPIDI_OFI_handle_cq_error:Input/output error - UNDELIVERABLE)", "network_fabric", "ofi-cq-error"),
+    ("Exception: Version mismatch: The cluster was started with:\n    Ray: 0.8.0\n    Python: 3.6.5", "environment", "package-version-incompatible"),
+    ("FATAL:   Unable to handle docker://lab/tool:1.0 uri: reading manifest 1.0 in docker.io/lab/tool: toomanyrequests: You have reached your pull rate limit.", "environment", "container-runtime-failed"),
+    ("MODEL DIVERGED\n:::MLLOG {\"key\": \"run_stop\", \"value\": null, \"metadata\": {\"status\": \"aborted\"}}", "numerical", "model-diverged"),
+    (':::MLLOG {"namespace": "", "event_type": "INTERVAL_END", "key": "run_stop", "value": null, "metadata": {"file": "fit.py", "lineno": 1051, "status": "success"}}', "success", "training-complete"),
 ]

@@ -268,6 +268,13 @@ RULES: tuple[Rule, ...] = (
     # guide sets the mode with gpu-admin-tools. The node's configuration, not a faulty GPU.
     _r("gpu-cc-mode-mismatch", EN, 97, r"does not support confidential compute|confComputeConstructEngine[^\n]{0,80}(fail|not support)",
        "the GPU is in confidential-computing mode the host does not support: set its CC mode (gpu-admin-tools) to match", confidence=0.8),
+    # ROCm's runtime failing to start on this GPU or platform: rocminfo's "hsa api call failure",
+    # "ROCR: unsupported GPU", or HSA_STATUS_ERROR_OUT_OF_RESOURCES without a memory figure (AMD's
+    # answers: a GPU off the supported list, a ROCm release without WSL support). Round AB's first
+    # form read the bare status as device OOM; round AF's three rocminfo rows showed that wrong.
+    _r("rocm-runtime-init-failed", EN, 72, r"hsa api call failure at|ROCR: unsupported GPU|HSA_STATUS_ERROR_OUT_OF_RESOURCES",
+       "the ROCm runtime could not start on this GPU/platform: check the GPU against ROCm's supported list and the ROCm release (WSL support, driver)",
+       confidence=0.6, caseless=False),
     # A tool that refuses to run without root (a profiler needing a kernel setting, a launcher
     # refusing to run as root): the job's environment, not its code.
     _r("needs-root", EN, 72, r"(run|rerun|execute)[^\n]{0,20} (as|with) root privileges?|(requires?|needs?) root privileges?|must be run as root\b",
@@ -358,12 +365,11 @@ RULES: tuple[Rule, ...] = (
        "GPU memory exhausted: smaller batch, activation checkpointing, or more GPUs"),
     _r("tf-oom", CO, 80, r"OOM when allocating tensor|ResourceExhaustedError",
        "GPU memory exhausted (TensorFlow): smaller batch or model"),
-    # ROCm's runtime (HSA) failing to allocate on the GPU: "HSA_STATUS_ERROR_OUT_OF_RESOURCES: The
-    # runtime failed to allocate the necessary resources ... Available Free mem : 0 MB" (ROCm HIP
-    # runtime, rocdevice.cpp). Most often the device's memory; the same status also covers queues and
-    # threads, hence below the named OOM rows' confidence.
-    _r("rocm-hsa-out-of-resources", CO, 80, r"HSA_STATUS_ERROR_OUT_OF_RESOURCES|Available Free mem : 0 MB",
-       "the ROCm runtime could not allocate on the GPU (most often its memory is full): smaller batch, free device memory between steps",
+    # ROCm's runtime (HSA) failing to allocate on the GPU with the device's free memory at zero:
+    # "HSA_STATUS_ERROR_OUT_OF_RESOURCES: ... Available Free mem : 0 MB" (ROCm HIP runtime,
+    # rocdevice.cpp). The status alone is not memory: see rocm-runtime-init-failed.
+    _r("rocm-hsa-out-of-resources", CO, 80, r"Available Free mem : 0 MB",
+       "the ROCm runtime could not allocate on the GPU: its memory is full: smaller batch, free device memory between steps",
        confidence=0.75, caseless=False),
     # XLA (JAX, torch_xla, TF on TPU) says RESOURCE_EXHAUSTED with the memory space: hbm is the
     # accelerator's own memory (openxla/xla status messages; Cloud TPU troubleshooting guide).
@@ -571,7 +577,7 @@ RULES: tuple[Rule, ...] = (
     # --- Software bugs ---------------------------------------------------------------------------
     # The device assert's own line (`file.cu:975: kernel: block: [120,0,0], thread: [24,0,0]
     # Assertion ...`) names the CUDA kernel's assert even when the expression wraps onto the next line.
-    _r("cuda-device-assert", SW, 47, r"device-side assert(ion)? triggered|Assertion `[^\n]{1,200}` failed|block: \[[0-9]+,[0-9]+,[0-9]+\], thread: \[[0-9]+,[0-9]+,[0-9]+\] Assertion",
+    _r("cuda-device-assert", SW, 47, r"device-side assert(ion)? triggered|ERROR: GPU Kernel Exception|Assertion `[^\n]{1,200}` failed|block: \[[0-9]+,[0-9]+,[0-9]+\], thread: \[[0-9]+,[0-9]+,[0-9]+\] Assertion",
        "a CUDA kernel assert fired (often labels/indices out of range): " + USER),
     _r("cuda-unspecified-launch-failure", SW, 44, r"unspecified launch failure|cudaErrorLaunchFailure|CUDA_ERROR_LAUNCH_FAILED",
        "a kernel crashed on the GPU: a bug unless the node's kernel log shows an Xid", confidence=0.55),

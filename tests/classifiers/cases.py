@@ -456,4 +456,7 @@ CASES: list[tuple[str, str, str]] = [
     ("FATAL:   Unable to handle docker://lab/tool:1.0 uri: reading manifest 1.0 in docker.io/lab/tool: toomanyrequests: You have reached your pull rate limit.", "environment", "container-runtime-failed"),
     ("MODEL DIVERGED\n:::MLLOG {\"key\": \"run_stop\", \"value\": null, \"metadata\": {\"status\": \"aborted\"}}", "numerical", "model-diverged"),
     (':::MLLOG {"namespace": "", "event_type": "INTERVAL_END", "key": "run_stop", "value": null, "metadata": {"file": "fit.py", "lineno": 1051, "status": "success"}}', "success", "training-complete"),
+    # round AF's families
+    ("ROCR: unsupported GPU\nhsa api call failure at: ./sources/wsl/tools/rocminfo/rocminfo.cc:1087\nCall returned HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed to allocate the necessary resources.", "environment", "rocm-runtime-init-failed"),
+    ("julia> AMDGPU.synchronize()\nERROR: GPU Kernel Exception\nStacktrace:", "software_bug", "cuda-device-assert"),
 ]

@@ -561,7 +561,7 @@ RULES: tuple[Rule, ...] = (
        "the job hit its time limit: " + MORE_TIME),
     _r("submitit-timed-out", TL, 57, r"Job has timed out\. Ran [0-9]+ minutes",
        "the job used its whole time limit: " + MORE_TIME),
-    _r("slurm-state-timeout", TL, 56, r"JobState=TIMEOUT\b|State=TIMEOUT\b| TIMEOUT +[0-9]+:[0-9]+",
+    _r("slurm-state-timeout", TL, 56, r"JobState=TIMEOUT\b|State=TIMEOUT\b| TIMEOUT +[0-9]+:[0-9]+|\bjobstate=TIMEOUT\b",
        "Slurm ended the job at its time limit: " + MORE_TIME, caseless=False),
     _r("walltime-exceeded", TL, 56, r"walltime [0-9:]+ exceeded limit|TERM_RUNLIMIT|qmaster enforced h_rt|exceeded (its |the )?(job |maximum )?(time|wall ?clock|wall ?time|run ?time|running time|run) limit|(wall ?clock|wall ?time|run ?time|time) limit (exceeded|reached)|due to (the )?(wall ?clock|wall ?time|time) limit|DeadlineExceeded|activeDeadlineSeconds|exceeded (hard|soft) wallclock|resource allocation expired",
        "the job hit its time limit: " + MORE_TIME),

@@ -459,4 +459,6 @@ CASES: list[tuple[str, str, str]] = [
     # round AF's families
     ("ROCR: unsupported GPU\nhsa api call failure at: ./sources/wsl/tools/rocminfo/rocminfo.cc:1087\nCall returned HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed to allocate the necessary resources.", "environment", "rocm-runtime-init-failed"),
     ("julia> AMDGPU.synchronize()\nERROR: GPU Kernel Exception\nStacktrace:", "software_bug", "cuda-device-assert"),
+    # round AG's families
+    ("2024-02-09 12:30:37 jobid=44981366 jobstate=TIMEOUT username=sven account=staff nodes=r35 procs=1 partition=core timelimit=00:01:00", "time_limit", "slurm-state-timeout"),
 ]

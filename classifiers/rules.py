@@ -106,8 +106,8 @@ RULES: tuple[Rule, ...] = (
        r"amdgpu [^\n]{0,80}(uncorrectable hardware error|\[Hardware Error\]|GPU reset begin|ring [a-z0-9_.]+ timeout)",
        "AMD GPU hardware error (RAS/ACA event or ring timeout): " + DRAIN),
     # amdgpu unable to run the card's VBIOS at boot ("atombios stuck", "gpu post error"): the card
-    # itself (AMD support in ROCm/legacy-rocm-build#1320). A bare "Fatal error during GPU init" is not enough: a
-    # host BIOS without Above 4G decoding / Resizable BAR prints it too.
+    # itself (AMD support in ROCm/legacy-rocm-build#1320). A bare "Fatal error during GPU init" is
+    # not enough: a host BIOS without Above 4G decoding / Resizable BAR prints it too.
     _r("amdgpu-init-failed", G, 96, r"amdgpu [^\n]{0,40}gpu post error|atombios stuck (in loop|executing)",
        "the AMD GPU failed to initialise (VBIOS/POST): " + DRAIN, confidence=0.8),
     _r("pcie-bus-error-uncorrected", G, 87, r"PCIe Bus Error: severity=(Uncorrected|Fatal)",
@@ -167,13 +167,13 @@ RULES: tuple[Rule, ...] = (
        "RoCE error completion under HCCL (retry limit exceeded, port flapping) or a peer that exited first: " + FABRIC),
     _r("nccl-ib-completion-error", NF, 87, r"NET/IB ?: ?Got completion|Got completion from peer[^\n]{0,80}(status|error)",
        "IB completion error: " + FABRIC),
-    # ...and the same completion errors as other MPIs print them (ParaStation MPI: "ibv_poll_cq():
-    # Infiniband returned the wrong Opcode").
     # libfabric's completion-queue errors as MPICH/Cray MPICH report them ("OFI poll failed ...
     # UNDELIVERABLE": the fabric could not deliver a message; HPE Slingshot's known failure, OLCF
     # Frontier's known issues). Its errno text ("Input/output error") is not the filesystem's.
     _r("ofi-cq-error", NF, 87, r"OFI poll failed \([^\n]{0,160}(UNDELIVERABLE|Transport retry|Connection timed out)|MPIDI_OFI_handle_cq_error[^\n]{0,120}(UNDELIVERABLE|failed)",
        "the fabric could not deliver an MPI message (libfabric completion error): " + FABRIC),
+    # Verbs work-completion errors, also as other MPIs print them (ParaStation MPI: "ibv_poll_cq():
+    # Infiniband returned the wrong Opcode").
     _r("ib-wc-error", NF, 87, r"IBV_WC_[A-Z_]*ERR|transport retry count(er)? exceeded|RETRY_EXC_ERR|ibv_poll_cq\(\)?:? [^\n]{0,40}(wrong Opcode|bad status|error)",
        "IB work completion error: " + FABRIC),
     _r("ibv-call-failed", NF, 86, r"\bibv_[a-z_]+ failed|Call to ibv_[a-z_]+ failed",
@@ -680,9 +680,8 @@ RULES: tuple[Rule, ...] = (
     # TensorFlow's input queues cancelled when the session closes at the end of training.
     _r("tf-queue-closed-at-exit", OK, 4, r"Skipping cancelled (enqueue|dequeue) attempt with queue not closed",
        "TensorFlow's input queues were cancelled as the session closed (end of training): harmless; nothing in the log says the job failed", confidence=0.45),
-    # TensorFlow's info-level NUMA notices at start-up (a VM or container without NUMA in sysfs):
-    # TensorFlow logs them at INFO level (cuda_gpu_executor.cc, pluggable_device_factory.cc) and still
-    # creates the device.
+    # TensorFlow's NUMA notices at start-up (a VM or container without NUMA in sysfs): logged at INFO
+    # level (cuda_gpu_executor.cc, pluggable_device_factory.cc), and the device is still created.
     # JAX probing the backends it was not built for at start-up (xla_bridge: the remote TPU driver,
     # ROCm on a CUDA machine): info lines; a missing CUDA backend is another matter and not here.
     _r("jax-backend-probe", OK, 4, r"Unable to initialize backend '(tpu_driver|rocm)'",

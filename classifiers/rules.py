@@ -183,12 +183,12 @@ RULES: tuple[Rule, ...] = (
     _r("ib-device-missing", NF, 86, r"sys files not found \(/sys/class/infiniband|/sys/class/infiniband[^\n]{0,40}No such file or directory",
        "the node's InfiniBand adapter is not visible (no /sys/class/infiniband ports): check the HCA, its firmware and driver; " + FABRIC,
        confidence=0.6),
-    # LBNL's Node Health Check (NHC, run by Slurm's HealthCheckProgram; Azure's HPC images ship it)
-    # failing its InfiniBand checks: a port not ACTIVE, or an IB loopback far below its bandwidth.
     # The port's state as iproute2's `rdma link` prints it: a port DOWN and polling (no link
     # partner, a bad cable) or flapping between states.
     _r("rdma-link-down", NF, 86, r"\blink [A-Za-z0-9_]+/[0-9]+ [^\n]{0,120}\bstate DOWN physical_state (POLLING|DISABLED|LINK_ERROR_RECOVERY|LINK_UP)",
        "an RDMA port is down (rdma link: DOWN/POLLING or flapping): " + FABRIC, confidence=0.8),
+    # LBNL's Node Health Check (NHC, run by Slurm's HealthCheckProgram; Azure's HPC images ship it)
+    # failing its InfiniBand checks: a port not ACTIVE, or an IB loopback far below its bandwidth.
     _r("nhc-ib-check-failed", NF, 86, r"Health check failed: +check_(hw_ib|nccl_allreduce_ib_loopback)\b|No IB port [^\n]{0,40}is ACTIVE",
        "the node's health check failed its InfiniBand test (port down or bandwidth far below expected): " + FABRIC),
     _r("mlx5-error", NF, 86, r"mlx5[^\n]{0,80}(completion with error|link down|syndrome|fatal)",
@@ -680,12 +680,12 @@ RULES: tuple[Rule, ...] = (
     # TensorFlow's input queues cancelled when the session closes at the end of training.
     _r("tf-queue-closed-at-exit", OK, 4, r"Skipping cancelled (enqueue|dequeue) attempt with queue not closed",
        "TensorFlow's input queues were cancelled as the session closed (end of training): harmless; nothing in the log says the job failed", confidence=0.45),
-    # TensorFlow's NUMA notices at start-up (a VM or container without NUMA in sysfs): logged at INFO
-    # level (cuda_gpu_executor.cc, pluggable_device_factory.cc), and the device is still created.
     # JAX probing the backends it was not built for at start-up (xla_bridge: the remote TPU driver,
     # ROCm on a CUDA machine): info lines; a missing CUDA backend is another matter and not here.
     _r("jax-backend-probe", OK, 4, r"Unable to initialize backend '(tpu_driver|rocm)'",
        "JAX probing backends this machine does not have: harmless; nothing in the log says the job failed", confidence=0.45),
+    # TensorFlow's NUMA notices at start-up (a VM or container without NUMA in sysfs): logged at INFO
+    # level (cuda_gpu_executor.cc, pluggable_device_factory.cc), and the device is still created.
     _r("tf-numa-notice", OK, 4, r"successful NUMA node read from SysFS had negative value|Could not identify NUMA node of platform GPU ID|Your kernel may not have been built with NUMA support",
        "TensorFlow's NUMA notices at start-up: harmless; nothing in the log says the job failed", confidence=0.45),
     _r("training-progress", OK, 3, r"\bepoch[ :=\[]*[0-9]+|\bloss[ :=]+[0-9]|\biteration[ :=]+[0-9]+|\bstep[ :=]+[0-9]+",

@@ -185,8 +185,8 @@ def _kill_mid_drain_then_restart(env, log, rest, api_url, home, first, server, d
         _wait(lambda: _rows(home, Incident)[0].status == "done", 180, "the incident to finish after the restart", log)
         # Under load the first `up`'s reconciler may itself have started the killed run (the automation
         # not yet there: "the automation dropped it"), so the killed run can carry the tag too.
-        resumed_runs = lambda: [r for r in rest.flow_runs(deployment["id"])  # noqa: E731
-                                if "pitstop-reconciled" in r["tags"] and r["id"] != killed_run]
+        resumed = lambda r: "pitstop-reconciled" in r["tags"] and r["id"] != killed_run  # noqa: E731
+        resumed_runs = lambda: [r for r in rest.flow_runs(deployment["id"]) if resumed(r)]  # noqa: E731
         _wait(lambda: all(r["state_type"] == "COMPLETED" for r in resumed_runs()), 60, "the resumed run to end", log)
         runs = {r["id"]: r for r in rest.flow_runs(deployment["id"])}
     finally:
@@ -198,6 +198,6 @@ def _kill_mid_drain_then_restart(env, log, rest, api_url, home, first, server, d
     assert ops.count(("requeue", job.job_id)) == 1, ops
     assert journal() == {"drain": "done", "requeue": "done", "notify_ops": "done"}
     assert runs[killed_run]["state_type"] == "CRASHED"
-    [resumed] = [r for r in runs.values() if "pitstop-reconciled" in r["tags"] and r["id"] != killed_run]
-    assert resumed["state_type"] == "COMPLETED" and resumed["parameters"] == runs[killed_run]["parameters"]
+    [resumed_run] = [r for r in runs.values() if resumed(r)]
+    assert resumed_run["state_type"] == "COMPLETED" and resumed_run["parameters"] == runs[killed_run]["parameters"]
     assert "is acting but no live run handles it" in log.read_text(errors="replace")

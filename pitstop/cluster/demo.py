@@ -243,6 +243,13 @@ class DemoCluster:
         with self._locked():
             return [a.model_copy(deep=True) for a in self._view().actions]
 
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[list[DemoAction]]:
+        """The changes so far, with no further change landing (from any process) until exit:
+        lets a crash test see the cluster and kill a run in one step, not two racing ones."""
+        with self._locked():
+            yield [a.model_copy(deep=True) for a in self._view().actions]
+
     # ---- fault injection --------------------------------------------------------------------
 
     def inject_faults(self, count: int, seed: int | None = None, kinds: list[str] | None = None) -> list[InjectedFault]:

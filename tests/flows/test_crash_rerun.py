@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -35,9 +36,13 @@ def _journal() -> dict[str, str]:
     return {a.kind: a.state for a in rows(ActionRecord)}
 
 
+def _child_log(isolated_home: Path) -> Path:
+    return isolated_home.parent / "child.log"
+
+
 def _start_child(isolated_home: Path, job_id: str) -> tuple[subprocess.Popen, object]:
     env = {**os.environ, "PITSTOP_PIPELINE__DEMO_OP_DELAY_S": "2"}
-    log = (isolated_home.parent / "child.log").open("wb")
+    log = _child_log(isolated_home).open("wb")
     child = subprocess.Popen([sys.executable, "-c", CHILD, job_id], cwd=REPO, env=env,
                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     return child, log
@@ -46,6 +51,27 @@ def _start_child(isolated_home: Path, job_id: str) -> tuple[subprocess.Popen, ob
 def _kill(child: subprocess.Popen) -> None:
     os.kill(child.pid, signal.SIGKILL)
     child.wait(10)
+
+
+def _kill_when(child: subprocess.Popen, demo, reached, passed, what: str, log_path: Path) -> None:
+    """Kill the child the moment the cluster shows `reached` (a set of ops), checked and killed
+    under the cluster's lock so that no next change can land between the two. Its 2-s delay
+    after each change is the window; a loaded machine can stall the child itself for long, so
+    the wait is generous, and a window missed (`passed` already there) fails at once, saying so."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        with demo.frozen() as actions:
+            ops = {a.op for a in actions}
+            if passed(ops):
+                raise AssertionError(f"missed the moment ({what}): the cluster already shows {sorted(ops)}")
+            if reached(ops):
+                _kill(child)
+                return
+        if child.poll() is not None:
+            raise AssertionError(f"the child ended (rc {child.returncode}) before {what}:\n"
+                                 f"{log_path.read_text(errors='replace')[-4000:]}")
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}:\n{log_path.read_text(errors='replace')[-4000:]}")
 
 
 def _reap(child: subprocess.Popen, log) -> None:
@@ -67,13 +93,9 @@ def test_killed_mid_action_then_rerun_repeats_nothing(prefect_server, demo, isol
         duplicate = post_failure(fault.job_id)
         assert duplicate.status == "busy", duplicate
 
-        def held_not_updated() -> bool:
-            ops = {a.op for a in demo.actions()}
-            return "requeue" in ops and "update_job" not in ops
-
         # requeuehold applied, its ExcNodeList update not yet, the journal still says "running"
-        wait_for(held_not_updated, 30, "the requeuehold to reach the cluster", interval=0.05)
-        _kill(child)
+        _kill_when(child, demo, lambda ops: "requeue" in ops, lambda ops: "update_job" in ops,
+                   "the requeuehold to reach the cluster", _child_log(isolated_home))
     finally:
         _reap(child, log)
     assert child.returncode == -signal.SIGKILL
@@ -118,9 +140,9 @@ def test_killed_after_resubmission_then_rerun_submits_nothing_more(prefect_serve
     [fault] = demo.inject_faults(1, kinds=["nccl_watchdog"])
     child, log = _start_child(isolated_home, fault.job_id)
     try:
-        wait_for(lambda: "resubmit" in {a.op for a in demo.actions()}, 90,
-                 "the resubmission to reach the cluster", interval=0.05)
-        _kill(child)
+        _kill_when(child, demo, lambda ops: "resubmit" in ops,
+                   lambda ops: _journal().get("requeue") == "done",
+                   "the resubmission to reach the cluster", _child_log(isolated_home))
     finally:
         _reap(child, log)
     assert _journal()["requeue"] == "running"

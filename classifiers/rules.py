@@ -24,6 +24,9 @@ Xid alternative stays on the verdict.
 RmInitAdapter failure (96) it causes.
 87 a peer reached at Docker's bridge address (environment) beats the fabric and c10d-store rows
 (83-86) that read the same refused connection as the network's fault.
+88 the kernel's or Slurm's OOM kill beats the fabric errors (86-87) that the killed rank's peers then
+report (an RDMA queue pair whose remote process died ends in a transport-retry error).
+76 a kernel module that cannot load (environment) beats the `LustreError:` line (74) reporting it.
 62 HCCL's collective-argument mismatch (software_bug) beats the HCCL timeout (60) it causes.
 A job STEP cancelled sits at 34, below the crash signals and CUDA/HIP errors (40+) that make srun
 cancel a step and above the kill that follows a cancel (sigkill 33); CUDA's devices-unavailable
@@ -157,8 +160,11 @@ RULES: tuple[Rule, ...] = (
     # and LSF say the same of their prologue/pre-exec. The node's set-up is at fault, not the job.
     _r("scheduler-prolog-failed", NO, 80, r"PrologSlurmctld failed|Prolog failure on node|prolog (failed|failure|error) on (node|host)|\bprolog(ue)? (failed|failure)\b|PBS: (job killed: )?prolog(ue)? (failed|error)|Pre-exec(ution)? command failed",
        "the scheduler's prolog failed on the node (Slurm drains it): read the node's prolog output, fix the node, resume it"),
+    # The BMC's event log says it of a DIMM too (IPMI SEL memory sensor offsets, ipmitool sel
+    # elist `Memory #0x.. | Uncorrectable ECC | Asserted`; Supermicro `... @P2-DIMMH2(CPU2)`; Dell
+    # iDRAC MEM0001 `Multi-bit memory errors detected`): host RAM, not a GPU's (no GPU row says DIMM).
     _r("host-machine-check", NO, 87,
-       r"mce: \[Hardware Error\]|Machine check events logged|Machine Check Exception|EDAC [^\n]{0,60}(MEMORY ERROR|Uncorrected|UE )",
+       r"mce: \[Hardware Error\]|Machine check events logged|Machine Check Exception|EDAC [^\n]{0,60}(MEMORY ERROR|Uncorrected|UE )|\| Uncorrectable ECC\b|Uncorrectable (ECC|memory error)[^\n]{0,80}DIMM|Multi-bit memory errors? detected on a memory device",
        "the host reports CPU/DIMM hardware errors (MCE/EDAC): drain the node and check its BMC/SEL"),
     # --- Network fabric (IB/RoCE/sockets under NCCL/gloo) ----------------------------------------
     # Huawei's HCCL (Ascend's NCCL) on RoCE: an error CQE is the RoCE retransmission limit exceeded
@@ -307,13 +313,13 @@ RULES: tuple[Rule, ...] = (
        "a distributed operation timed out: look for a dead or slow rank", confidence=0.6),
     # --- Host memory -----------------------------------------------------------------------------
     # runc's "container init was OOM-killed": the container's memory cgroup, the same kill.
-    _r("oom-killer", HO, 85, r"invoked oom-killer|Out of memory: Kill(ed)? process|oom-kill:|Memory cgroup out of memory|OOM-killed",
+    _r("oom-killer", HO, 88, r"invoked oom-killer|Out of memory: Kill(ed)? process|oom-kill:|Memory cgroup out of memory|OOM-killed",
        "host RAM exhausted (OOM killer): ask the user to lower memory use or request more --mem"),
     # The rest of the kernel's OOM report (mm/oom_kill.c, show_mem): the killed task's line, the
     # reaper, and a memory summary with swap gone; any one of them in a job's dmesg excerpt.
     _r("kernel-oom-report", HO, 84, r"Killed process [0-9]+ \([^\n)]{1,40}\) total-vm|oom_reaper: reaped process|Out of memory and no killable processes|Free swap += 0kB",
        "the kernel ran out of RAM (its OOM report): ask the user to lower memory use or request more --mem", confidence=0.75),
-    _r("slurm-oom-kill", HO, 85, r"oom[-_]kill event|out-of-memory handler|(^|[^\n_A-Za-z])OUT_OF_MEMORY|task [0-9]+: Out Of Memory|OOMKilled",
+    _r("slurm-oom-kill", HO, 88, r"oom[-_]kill event|out-of-memory handler|(^|[^\n_A-Za-z])OUT_OF_MEMORY|task [0-9]+: Out Of Memory|OOMKilled",
        "Slurm killed the job for exceeding its memory: request more --mem or reduce usage"),
     _r("memory-limit-exceeded", HO, 84, r"Exceeded (job|step) memory limit|low on resource: memory|memory limit exceeded|Memory limit reached",
        "the job went over its memory limit: request more --mem or reduce host memory use"),
@@ -351,7 +357,7 @@ RULES: tuple[Rule, ...] = (
        "host allocation failed: reduce memory use or request more --mem", confidence=0.75),
     # The launcher's own "child failed with -9" line: most often the host OOM killer. The
     # signal-only forms (torchrun's Root Cause block, mp.spawn) stay crash_signal, see "sigkill".
-    _r("launcher-child-sigkilled", HO, 32, r"failed \(exitcode: -9\)|exits with return code = -9\b",
+    _r("launcher-child-sigkilled", HO, 32, r"failed \(exitcode: -9\)|exits with return code = -9\b|returned non-zero exit status -9\b",
        "a rank was SIGKILLed, most often by the host OOM killer: check dmesg / sacct MaxRSS", confidence=0.55),
     _r("deepspeed-killing-subprocess", HO, 21, r"sigkill_handler\] Killing subprocess",
        "DeepSpeed killed its ranks after one died silently (no error printed: usually the OOM killer); check dmesg / MaxRSS",
@@ -410,6 +416,12 @@ RULES: tuple[Rule, ...] = (
        "a read from the object store timed out (fsspec/s3fs): a dropped long-lived connection; retry, cache the data locally"),
     _r("fs-not-responding", IO, 74, r"nfs: server [^\n]{0,80}not responding|Transport endpoint is not connected|Cannot send after transport endpoint shutdown|LustreError|Lustre:[^\n]{0,160}(lost|evict|not responding|timed out)|gpfs[^\n]{0,80}(unmounted|stale|error)",
        "network filesystem unavailable: check the mount and the file server"),
+    # The kernel's hung-task report (`task X blocked for more than 120 seconds`, then its stack):
+    # a stack frame in a network or parallel filesystem's module (GPFS mmfs, Lustre and its
+    # ptlrpc/LNet, NFS/SUNRPC, Ceph, BeeGFS, Weka) means the task sleeps in D state waiting on
+    # that filesystem, the classic frozen-mount hang; a frame elsewhere says nothing of storage.
+    _r("fs-hung-task", IO, 74, r"\+0x[0-9a-f]+/0x[0-9a-f]+ \[(mmfs26|mmfslinux|mmfs|lustre|llite|ptlrpc|lnet|ko2iblnd|osc|mdc|lmv|lov|nfs|nfsv3|nfsv4|sunrpc|ceph|libceph|beegfs|wekafs)\]",
+       "a process hung in the network filesystem's kernel code (hung-task report): check the mount and the file server; the job cannot go on until it returns", confidence=0.7),
     # DiskPressure is only a disk problem when it is True: `kubectl describe node` lists the
     # condition on every node, with False / Unknown most of the time.
     _r("evicted-disk-pressure", IO, 75, r"low on resource: ephemeral-storage|ephemeral local storage usage exceeds|condition: \[DiskPressure\]|DiskPressure +True|node\.kubernetes\.io/disk-pressure",
@@ -422,6 +434,11 @@ RULES: tuple[Rule, ...] = (
     _r("corrupt-checkpoint", IO, 66, r"failed finding central directory|PytorchStreamReader failed|unexpected EOF|file might be corrupted|truncated file|storage has wrong size|HeaderTooLarge|Error while deserializing header",
        "a checkpoint/data file is truncated or corrupt: check the writer and free space", confidence=0.7),
     # --- Environment -----------------------------------------------------------------------------
+    # A kernel module that will not load (built for another kernel or another ZFS/OFED, missing
+    # symbols): the installation. At 76 it beats the `LustreError:` prefix (74) that Lustre's own
+    # report of it carries.
+    _r("kernel-module-load-failed", EN, 76, r"Can't load module '|modprobe: (FATAL|ERROR): [^\n]{0,120}(not found|Could not insert)|Unknown symbol in module|disagrees about version of symbol",
+       "a kernel module failed to load (built for another kernel, ZFS or OFED): rebuild or reinstall it for what the node runs"),
     _r("py-ModuleNotFoundError", EN, 72, r"ModuleNotFoundError|No module named",
        "a Python package is missing in the job's environment: fix the env/container"),
     _r("shared-lib-missing", EN, 72, r"cannot open shared object file|Could not load (dynamic )?library|undefined symbol|version `GLIBC|GLIBCXX_[0-9.]+' not found|CXXABI_[0-9.]+' not found",
@@ -594,6 +611,10 @@ RULES: tuple[Rule, ...] = (
        USER, caseless=False),
     _r("nccl-invalid-usage", SW, 44, r"ncclInvalidUsage|NCCL error[^\n]{0,120}invalid usage",
        "NCCL was called wrongly (mismatched collectives, duplicate GPU per rank): " + USER),
+    # BLAS/LAPACK's argument check (xerbla; cuBLAS and MKL word it the same): a routine was
+    # handed an invalid size or leading dimension, i.e. the calling code (or framework) is wrong.
+    _r("blas-illegal-argument", SW, 44, r"On entry to [A-Za-z_0-9]+ +parameter number [0-9]+ had an illegal value|Parameter [0-9]+ was incorrect on entry to [A-Za-z_0-9]+",
+       "a BLAS/LAPACK routine got an invalid argument (a size or leading dimension): a bug in the calling code or framework"),
     _r("shape-mismatch", SW, 44, r"size mismatch|shape mismatch|Expected all tensors to be on the same device|mat1 and mat2 shapes cannot be multiplied|must match the size of tensor",
        USER),
     # HIP (ROCm) runtime calls failing, as CUDA's below (`hipMemsetAsync() failed (error code =
@@ -605,6 +626,12 @@ RULES: tuple[Rule, ...] = (
     _r("cuda-error", SW, 42, r"CUDA error: |CUDA_ERROR_|cudaError|CUBLAS_STATUS_|CUDNN_STATUS_|unhandled cuda error",
        "a CUDA call failed: read the error; hardware only if it repeats on one node", confidence=0.6),
     _r("py-{1}", SW, 31, r"\b([A-Z][A-Za-z0-9_]*(Error|Exception)): ", USER, caseless=False, confidence=0.7),
+    # WRF/MPAS's wrf_error_fatal banner: the model stopped on its own check (a bad namelist value,
+    # an input it cannot read, a CFL violation); the message under it says which, so a row that
+    # names a cause on it wins.
+    _r("wrf-fatal-called", SW, 30, r"FATAL CALLED FROM FILE:|-{5,} FATAL CALLED -{5,}",
+       "the model stopped on its own fatal check: read the message under the banner (often the namelist or an input file)",
+       confidence=0.6, caseless=False),
     _r("py-traceback", SW, 30, r"Traceback \(most recent call last\)", USER, confidence=0.6, caseless=False),
     # Open MPI's default error handler firing: an MPI call returned an error and the job aborts
     # (MPI standard, MPI_ERRORS_ARE_FATAL). It is what makes srun cancel the step (34), so it sits
@@ -625,7 +652,7 @@ RULES: tuple[Rule, ...] = (
     # --- Crash signals (no clearer cause) --------------------------------------------------------
     _r("sigsegv", CS, 42, r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 |WTERMSIG 11\b|exitcode *: *-11\b|return ?code *[=:]? *-11\b|segfault",
        "the process segfaulted: collect the core dump/faulthandler trace; suspect native extensions"),
-    _r("sigabrt", CS, 40, r"SIGABRT|WTERMSIG 6\b|signal 6 \(Aborted\)|died from signal 6\b|Fatal Python error: Aborted|Aborted \(core dumped\)|exitcode *: *-6\b|return ?code *[=:]? *-6\b",
+    _r("sigabrt", CS, 40, r"SIGABRT|Abort trap\b|WTERMSIG 6\b|signal 6 \(Aborted\)|died from signal 6\b|Fatal Python error: Aborted|Aborted \(core dumped\)|exitcode *: *-6\b|return ?code *[=:]? *-6\b",
        "the process aborted: look for the assert/terminate message before it"),
     _r("heap-corruption", CS, 42, r"double free or corruption|free\(\): invalid|malloc\(\): |corrupted size vs\. prev_size|stack smashing detected",
        "native heap corruption: suspect a C/C++ extension; get a core dump"),
@@ -645,7 +672,7 @@ RULES: tuple[Rule, ...] = (
     _r("child-failed", CS, 20, r"ChildFailedError|terminated with signal|died with <Signals|exited with (signal|code)",
        "a worker process died: read the first failing rank's log", confidence=0.5),
     # --- Success ---------------------------------------------------------------------------------
-    _r("training-complete", OK, 5, r"'train_runtime': [0-9]|Successful completion of (geogrid|ungrib|metgrid|real|wrf)|SUCCESS COMPLETE (WRF|REAL_EM)|(program|training|job|run|script|process) (ended|finished|completed|exited) successfully|training (job )?(is )?(complete|completed|finished|done)\b|finished training|Saving final model|all done\b|(job|run) completed successfully|Engine run complete|End of run\b|EXIT_CODE=0\b|exited with (exit )?code 0\b|\*\*\*\*\* train metrics \*\*\*\*\*|Training finished|wandb: Synced [0-9]+ W&B file|\"key\": \"run_stop\"[^\n]{0,200}\"status\": \"success\"",
+    _r("training-complete", OK, 5, r"'train_runtime': [0-9]|Successful completion of (geogrid|ungrib|metgrid|real|wrf)|SUCCESS COMPLETE (WRF|REAL_EM)|(program|training|job|run|script|process) (ended|finished|completed|exited) successfully|training (job )?(is )?(complete|completed|finished|done)\b|finished training|Saving final model|all done\b|(job|run) completed successfully|Engine run complete|End of run\b|EXIT_CODE=0\b|exited with (exit )?code 0\b|\*\*\*\*\* train metrics \*\*\*\*\*|Training finished|wandb: Synced [0-9]+ W&B file|\"key\": \"run_stop\"[^\n]{0,200}\"status\": \"success\"|`?Trainer\.fit`? stopped: `?max_(epochs|steps)=[0-9]+`? reached",
        "the job finished normally", confidence=0.7),
     # Slurm's own words for a clean end (sacct / scontrol / a site's summary line): COMPLETED, 0:0.
     _r("slurm-state-completed", OK, 5, r"JobState=COMPLETED\b|\bCOMPLETED,?( +exit(code)?:?| +ExitCode=)? *0:0\b",

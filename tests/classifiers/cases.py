@@ -64,6 +64,10 @@ CASES: list[tuple[str, str, str]] = [
     ("compute001      1     main*       down*   12   12:1:1  64267        0      1   (null) Not responding", "node_failure", "slurm-node-down"),
     ("[  +0.000127] mce: [Hardware Error]: Machine check events logged", "node_failure", "host-machine-check"),
     ("EDAC skx MC3: HANDLING MCE MEMORY ERROR", "node_failure", "host-machine-check"),
+    # the BMC's event log of a host DIMM (ipmitool sel elist; Supermicro; Dell iDRAC MEM0001)
+    ("  1a | 03/14/2024 | 02:11:09 | Memory #0x87 | Uncorrectable ECC | Asserted", "node_failure", "host-machine-check"),
+    ("Uncorrectable ECC / other uncorrectable memory error @P1-DIMMA1(CPU1) - Assertion", "node_failure", "host-machine-check"),
+    ("MEM0001: Multi-bit memory errors detected on a memory device at location(s) DIMM_B2.", "node_failure", "host-machine-check"),
     # Network fabric
     ("gpu7:3468:3905 [4] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.0.0.2<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv)", "network_fabric", "nccl-ib-completion-error"),
     ("mlx5: gpu3: got completion with error: IBV_WC_RETRY_EXC_ERR", "network_fabric", "ib-wc-error"),
@@ -119,6 +123,7 @@ CASES: list[tuple[str, str, str]] = [
     ("train.sh: line 12:  4242 已杀死               python train.py", "host_oom", "process-killed"),
     ("ERROR torch/distributed/elastic/multiprocessing/api.py:826] failed (exitcode: -9) local_rank: 0 (pid: 1322) of binary: /usr/bin/python", "host_oom", "launcher-child-sigkilled"),
     ("[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3', '-u', 'main.py', '--local_rank=0'] exits with return code = -9", "host_oom", "launcher-child-sigkilled"),
+    ("subprocess.CalledProcessError: Command '['python', 'predict.py', 'in.fa']' returned non-zero exit status -9.", "host_oom", "launcher-child-sigkilled"),
     ("[2023-04-07 13:09:33,201] [INFO] [launch.py:318:sigkill_handler] Killing subprocess 80", "host_oom", "deepspeed-killing-subprocess"),
     ("slurmstepd: error: Exceeded job memory limit", "host_oom", "memory-limit-exceeded"),
     ("Exited with exit code 137.\nTERM_MEMLIMIT: job killed after reaching LSF memory usage limit.", "host_oom", "scheduler-memory-limit"),
@@ -287,6 +292,7 @@ CASES: list[tuple[str, str, str]] = [
     # Crash signals
     ("Fatal Python error: Segmentation fault", "crash_signal", "sigsegv"),
     ("Fatal Python error: Aborted", "crash_signal", "sigabrt"),
+    ("forrtl: error (76): Abort trap signal", "crash_signal", "sigabrt"),
     ("*** Error in `/opt/conda/bin/python': double free or corruption (fasttop): 0x00007f0018011960 ***", "crash_signal", "heap-corruption"),
     ("Bus error (core dumped)", "crash_signal", "sigbus"),
     ("Illegal instruction (core dumped)", "environment", "sigill"),
@@ -461,4 +467,21 @@ CASES: list[tuple[str, str, str]] = [
     ("julia> AMDGPU.synchronize()\nERROR: GPU Kernel Exception\nStacktrace:", "software_bug", "cuda-device-assert"),
     # round AG's families
     ("2024-02-09 12:30:37 jobid=44981366 jobstate=TIMEOUT username=sven account=staff nodes=r35 procs=1 partition=core timelimit=00:01:00", "time_limit", "slurm-state-timeout"),
+    # round AH's families
+    # a hung task asleep in a network filesystem's module (the kernel's hung-task report)
+    ("[Tue Jun  4 11:02:13 2024]  ptlrpc_set_wait+0x4a1/0x7c0 [ptlrpc]", "storage_io", "fs-hung-task"),
+    ("[ 7380.1] INFO: task python:4411 blocked for more than 120 seconds.\n[ 7380.1]  rpc_wait_bit_killable+0x1e/0xa0 [sunrpc]", "storage_io", "fs-hung-task"),
+    # a kernel module that will not load, even under Lustre's error prefix
+    ("LustreError: 158-c: Can't load module 'osd-ldiskfs'", "environment", "kernel-module-load-failed"),
+    ("modprobe: FATAL: Module nvidia_peermem not found in directory /lib/modules/6.8.0-45-generic", "environment", "kernel-module-load-failed"),
+    ("[   12.3] mlx5_core: disagrees about version of symbol ib_register_device", "environment", "kernel-module-load-failed"),
+    # BLAS/LAPACK's argument check (xerbla), reference, cuBLAS and MKL wording
+    (" ** On entry to SGEMM  parameter number 10 had an illegal value", "software_bug", "blas-illegal-argument"),
+    ("Intel MKL ERROR: Parameter 8 was incorrect on entry to DGEMM .", "software_bug", "blas-illegal-argument"),
+    # WRF's fatal banner
+    ("-------------- FATAL CALLED ---------------\nFATAL CALLED FROM FILE:  <stdin>  LINE:    2011\nmodule_bc: invalid boundary width", "software_bug", "wrf-fatal-called"),
+    # Lightning's end of fit by its budget
+    ("`Trainer.fit` stopped: `max_steps=20000` reached.", "success", "training-complete"),
+    # an OOM kill is the root cause of the transport errors its peers then report
+    ("slurmstepd: error: Detected 1 oom-kill event(s) in StepId=881.0. Some of your processes may have been killed by the cgroup out-of-memory handler.\n[gn07:1234:0:1234] ib_mlx5_log.c:171  Transport retry count exceeded on mlx5_0:1/IB (synd 0x15 vend 0x81 hw_synd 0/0)", "host_oom", "slurm-oom-kill"),
 ]

@@ -91,8 +91,8 @@ def _rounds(tmp_path, keep) -> Path:
 
 
 def test_second_corpus_of_real_excerpts_from_other_threads(tmp_path) -> None:
-    """1,206 excerpts from threads and documents outside the dev set (see harvest-README.md), rounds A-AG."""
-    assert evaluate_corpus(HARVEST).total == 1206
+    """1,238 excerpts from threads and documents outside the dev set (see harvest-README.md), rounds A-AH."""
+    assert evaluate_corpus(HARVEST).total == 1238
     # Rounds A-H (308 rows): floors just under today's figures (accuracy 0.860; 0.984 unambiguous).
     report = evaluate_corpus(_rounds(tmp_path, lambda r: r not in {row[0] for row in ROUND_FLOORS}))
     assert report.total == 308
@@ -287,6 +287,15 @@ ROUND_FLOORS: list[tuple[str, int, float, float]] = [
     # accounting record's jobstate=TIMEOUT): 0.545 (0.667), macro-F1 0.693. Left: four good MLPerf
     # runs with alarming lines after their success. Floors at today's figures.
     ("AG", 11, 0.545 - 1e-3, 0.667 - 1e-3),
+    # Round AH (32 rows, 13 ambiguous; 2026-12-07; HPC centres' help-forum threads and notes, GPU
+    # and host hardware incident notes, ML-framework threads, IO500 and UCX threads): scored on a
+    # frozen copy of commit 83aa4a1 before anything was changed for it: 0.594 (0.684 unambiguous),
+    # macro-F1 0.561; the same accuracy with the rules alone. After its families (a host DIMM in the
+    # BMC's event log as node failure, a task hung in a network filesystem's kernel module, a kernel
+    # module that will not load, BLAS's illegal-argument check, Python's SIGKILLed child, the OOM
+    # kill above the fabric errors it causes, Intel Fortran's abort trap, WRF's fatal banner,
+    # Lightning's end of fit): 0.875 (1.000), macro-F1 0.914. Floors at today's figures.
+    ("AH", 32, 0.875 - 1e-3, 1.000 - 1e-3),
 ]
 
 

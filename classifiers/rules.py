@@ -319,9 +319,11 @@ RULES: tuple[Rule, ...] = (
     # reaper, and a memory summary with swap gone; any one of them in a job's dmesg excerpt.
     _r("kernel-oom-report", HO, 84, r"Killed process [0-9]+ \([^\n)]{1,40}\) total-vm|oom_reaper: reaped process|Out of memory and no killable processes|Free swap += 0kB",
        "the kernel ran out of RAM (its OOM report): ask the user to lower memory use or request more --mem", confidence=0.75),
-    _r("slurm-oom-kill", HO, 88, r"oom[-_]kill event|out-of-memory handler|(^|[^\n_A-Za-z])OUT_OF_MEMORY|task [0-9]+: Out Of Memory|OOMKilled",
+    # sacct cuts a state to its column: OUT_OF_MEMORY prints as `OUT_OF_ME+` at the default width.
+    _r("slurm-oom-kill", HO, 88, r"oom[-_]kill event|out-of-memory handler|(^|[^\n_A-Za-z])OUT_OF_(MEMORY|ME\+)|task [0-9]+: Out Of Memory|OOMKilled",
        "Slurm killed the job for exceeding its memory: request more --mem or reduce usage"),
-    _r("memory-limit-exceeded", HO, 84, r"Exceeded (job|step) memory limit|low on resource: memory|memory limit exceeded|Memory limit reached",
+    # HPE Cray's node memory monitor says `under_oom detected` while the job's cgroup sits at its limit.
+    _r("memory-limit-exceeded", HO, 84, r"Exceeded (job|step) memory limit|low on resource: memory|memory limit exceeded|Memory limit reached|under_oom detected",
        "the job went over its memory limit: request more --mem or reduce host memory use"),
     # Other schedulers' own words for a memory-limit kill (LSF, PBS/Torque, Moab, Grid Engine,
     # HTCondor; HTCondor holds a job over its request_memory rather than killing it).
@@ -387,8 +389,9 @@ RULES: tuple[Rule, ...] = (
     # Other frameworks' words for a failed device allocation (MXNet storage manager, PaddlePaddle,
     # ONNX Runtime's CUDA_CALL, Caffe's CUDA_CHECK: cudaErrorMemoryAllocation = 2; the NVHPC OpenACC
     # runtime's allocation failure with its total/free table; Ascend's CANN runtime: rtMalloc failing
-    # with "driver error:out of memory", halMemAlloc with drvRetCode 6).
-    _r("framework-gpu-oom", CO, 81, r"(cudaMalloc|cuMemAlloc)( retry)? failed[^\n]{0,40}out of memory|Out of memory error on GPU|CUDA failure 2: out of memory|cudaSuccess \(2 vs\. 0\) +out of memory|out of memory on (GPU|device) [0-9]|Out of memory allocating [0-9]+ bytes of device memory|total/free CUDA memory: [0-9]+/[0-9]+|rtMalloc execute failed, reason=\[driver error:out of memory\]|halMemAlloc failed[^\n]{0,120}drvRetCode=6\b",
+    # with "driver error:out of memory", halMemAlloc with drvRetCode 6; HPC codes' own words: AMReX's
+    # `CUDA error 2 ... out of memory`, Neko's `Memory allocation on device failed`).
+    _r("framework-gpu-oom", CO, 81, r"(cudaMalloc|cuMemAlloc)( retry)? failed[^\n]{0,40}out of memory|CUDA error 2\b[^\n]{0,200}out of memory|(memory )?allocation on (the )?(device|GPU) failed|(device|GPU) memory allocation failed|failed to allocate (device|GPU) memory|Out of memory error on GPU|CUDA failure 2: out of memory|cudaSuccess \(2 vs\. 0\) +out of memory|out of memory on (GPU|device) [0-9]|Out of memory allocating [0-9]+ bytes of device memory|total/free CUDA memory: [0-9]+/[0-9]+|rtMalloc execute failed, reason=\[driver error:out of memory\]|halMemAlloc failed[^\n]{0,120}drvRetCode=6\b",
        "GPU memory exhausted: smaller batch or model"),
     _r("kv-cache-no-memory", CO, 79, r"No available memory for the cache blocks|# GPU blocks: 0\b|larger than the maximum number of tokens that can be stored in KV cache",
        "no GPU memory left for the KV cache: lower max_model_len or raise gpu_memory_utilization / use more GPUs"),
@@ -414,7 +417,9 @@ RULES: tuple[Rule, ...] = (
     # fsspec (s3fs, gcsfs, HTTP datasets streamed from an object store) gives up on a stalled read.
     _r("object-store-timeout", IO, 74, r"FSTimeoutError",
        "a read from the object store timed out (fsspec/s3fs): a dropped long-lived connection; retry, cache the data locally"),
-    _r("fs-not-responding", IO, 74, r"nfs: server [^\n]{0,80}not responding|Transport endpoint is not connected|Cannot send after transport endpoint shutdown|LustreError|Lustre:[^\n]{0,160}(lost|evict|not responding|timed out)|gpfs[^\n]{0,80}(unmounted|stale|error)",
+    # ECOMM (`Communication error on send`) is what a BeeGFS client returns when a storage server
+    # is gone; its quota tool names the offline storage target.
+    _r("fs-not-responding", IO, 74, r"nfs: server [^\n]{0,80}not responding|Transport endpoint is not connected|Cannot send after transport endpoint shutdown|LustreError|Lustre:[^\n]{0,160}(lost|evict|not responding|timed out)|gpfs[^\n]{0,80}(unmounted|stale|error)|Communication error on send|from storage target\. Is the node offline",
        "network filesystem unavailable: check the mount and the file server"),
     # The kernel's hung-task report (`task X blocked for more than 120 seconds`, then its stack):
     # a stack frame in a network or parallel filesystem's module (GPFS mmfs, Lustre and its
@@ -456,7 +461,9 @@ RULES: tuple[Rule, ...] = (
     # was generated by a compiler newer than what is supported by the CUDA driver" (CUDA runtime API).
     _r("driver-too-old", EN, 73, r"driver on your system is too old|system not yet initialized|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY|NVRM: API mismatch: the client has the version|driver version is insufficient|Driver/library version mismatch|CUDA driver version is insufficient|forward compatibility was attempted|cudaErrorInsufficientDriver|cudaErrorSystemDriverMismatch|cudaErrorCompatNotSupportedOnDevice|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE|system has unsupported display driver / cuda driver combination|Cuda driver error (803|804)\b|CUDA_ERROR_UNSUPPORTED_PTX_VERSION|cudaErrorUnsupportedPtxVersion|PTX was compiled with an unsupported toolchain",
        "driver and CUDA runtime do not match: use a matching container or update the driver"),
-    _r("no-cuda-device", EN, 72, r"no CUDA-capable device|No CUDA GPUs are available|Found no NVIDIA driver|CUDA_ERROR_NO_DEVICE|NVIDIA-SMI has failed|Torch not compiled with CUDA|CUDA driver initialization failed|cuInit: CUDA_ERROR|CUDA unknown error - this may be due to an incorrectly set up environment|please check if device id is valid",
+    # nvidia-smi's `No devices were found`: the job's cgroup or container holds no GPU (none
+    # requested, no GPU runtime); a GPU that died says so in the kernel log (Xid 79), which wins.
+    _r("no-cuda-device", EN, 72, r"no CUDA-capable device|No CUDA GPUs are available|\bNo devices were found\b|Found no NVIDIA driver|CUDA_ERROR_NO_DEVICE|NVIDIA-SMI has failed|Torch not compiled with CUDA|CUDA driver initialization failed|cuInit: CUDA_ERROR|CUDA unknown error - this may be due to an incorrectly set up environment|please check if device id is valid",
        "no usable GPU/driver in the job: check CUDA_VISIBLE_DEVICES, gres request and the driver"),
     # A binary or a compiler that does not know the GPU: nvcc older than the card (`Value 'sm_61' is
     # not defined for option 'gpu-architecture'`), NCCL built without its architecture (`Cuda failure
@@ -578,7 +585,8 @@ RULES: tuple[Rule, ...] = (
        "the job hit its time limit: " + MORE_TIME),
     _r("submitit-timed-out", TL, 57, r"Job has timed out\. Ran [0-9]+ minutes",
        "the job used its whole time limit: " + MORE_TIME),
-    _r("slurm-state-timeout", TL, 56, r"JobState=TIMEOUT\b|State=TIMEOUT\b| TIMEOUT +[0-9]+:[0-9]+|\bjobstate=TIMEOUT\b",
+    # seff's summary says `State: TIMEOUT (exit code 0)`.
+    _r("slurm-state-timeout", TL, 56, r"JobState=TIMEOUT\b|State=TIMEOUT\b| TIMEOUT +[0-9]+:[0-9]+|\bjobstate=TIMEOUT\b|\bState: TIMEOUT \(exit code",
        "Slurm ended the job at its time limit: " + MORE_TIME, caseless=False),
     _r("walltime-exceeded", TL, 56, r"walltime [0-9:]+ exceeded limit|TERM_RUNLIMIT|qmaster enforced h_rt|exceeded (its |the )?(job |maximum )?(time|wall ?clock|wall ?time|run ?time|running time|run) limit|(wall ?clock|wall ?time|run ?time|time) limit (exceeded|reached)|due to (the )?(wall ?clock|wall ?time|time) limit|DeadlineExceeded|activeDeadlineSeconds|exceeded (hard|soft) wallclock|resource allocation expired",
        "the job hit its time limit: " + MORE_TIME),
@@ -674,8 +682,8 @@ RULES: tuple[Rule, ...] = (
     # --- Success ---------------------------------------------------------------------------------
     _r("training-complete", OK, 5, r"'train_runtime': [0-9]|Successful completion of (geogrid|ungrib|metgrid|real|wrf)|SUCCESS COMPLETE (WRF|REAL_EM)|(program|training|job|run|script|process) (ended|finished|completed|exited) successfully|training (job )?(is )?(complete|completed|finished|done)\b|finished training|Saving final model|all done\b|(job|run) completed successfully|Engine run complete|End of run\b|EXIT_CODE=0\b|exited with (exit )?code 0\b|\*\*\*\*\* train metrics \*\*\*\*\*|Training finished|wandb: Synced [0-9]+ W&B file|\"key\": \"run_stop\"[^\n]{0,200}\"status\": \"success\"|`?Trainer\.fit`? stopped: `?max_(epochs|steps)=[0-9]+`? reached",
        "the job finished normally", confidence=0.7),
-    # Slurm's own words for a clean end (sacct / scontrol / a site's summary line): COMPLETED, 0:0.
-    _r("slurm-state-completed", OK, 5, r"JobState=COMPLETED\b|\bCOMPLETED,?( +exit(code)?:?| +ExitCode=)? *0:0\b",
+    # Slurm's own words for a clean end (sacct / scontrol / seff / a site's summary line): COMPLETED, 0:0.
+    _r("slurm-state-completed", OK, 5, r"JobState=COMPLETED\b|\bCOMPLETED,?( +exit(code)?:?| +ExitCode=)? *0:0\b|\bState: COMPLETED \(exit code 0\)",
        "Slurm says the job completed with exit code 0", confidence=0.7, caseless=False),
     # PyTorch >= 2.4 warns at exit when the job never called destroy_process_group: printed as the
     # processes end, after a good run as after a bad one, so it is success only when nothing failed.

@@ -484,4 +484,13 @@ CASES: list[tuple[str, str, str]] = [
     ("`Trainer.fit` stopped: `max_steps=20000` reached.", "success", "training-complete"),
     # an OOM kill is the root cause of the transport errors its peers then report
     ("slurmstepd: error: Detected 1 oom-kill event(s) in StepId=881.0. Some of your processes may have been killed by the cgroup out-of-memory handler.\n[gn07:1234:0:1234] ib_mlx5_log.c:171  Transport retry count exceeded on mlx5_0:1/IB (synd 0x15 vend 0x81 hw_synd 0/0)", "host_oom", "slurm-oom-kill"),
+    # round AI's families
+    ("State: COMPLETED (exit code 0)\nCPU Efficiency: 91.20% of 1-02:11:12 core-walltime", "success", "slurm-state-completed"),
+    ("Job ID: 4411\nState: TIMEOUT (exit code 0)\nJob Wall-clock time: 12:00:21", "time_limit", "slurm-state-timeout"),
+    ("5512.batch          batch              OUT_OF_ME+   0:125 ", "host_oom", "slurm-oom-kill"),
+    ("under_oom detected for 5 seconds. Cache usage 1048576 less than minimum 429496725, re-enabling OOM killer", "host_oom", "memory-limit-exceeded"),
+    ("amrex::Abort::0::CUDA error 2 in file AMReX_Arena.cpp line 173: out of memory !!!\nSIGABRT", "cuda_oom", "framework-gpu-oom"),
+    (" *** ERROR: Memory allocation on device failed ***", "cuda_oom", "framework-gpu-oom"),
+    ("$ nvidia-smi\nNo devices were found", "environment", "no-cuda-device"),
+    ("cat: /mnt/beegfs/run7/out.log: Communication error on send", "storage_io", "fs-not-responding"),
 ]

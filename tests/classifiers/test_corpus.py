@@ -91,8 +91,8 @@ def _rounds(tmp_path, keep) -> Path:
 
 
 def test_second_corpus_of_real_excerpts_from_other_threads(tmp_path) -> None:
-    """1,238 excerpts from threads and documents outside the dev set (see harvest-README.md), rounds A-AH."""
-    assert evaluate_corpus(HARVEST).total == 1238
+    """1,287 excerpts from threads and documents outside the dev set (see harvest-README.md), rounds A-AI."""
+    assert evaluate_corpus(HARVEST).total == 1287
     # Rounds A-H (308 rows): floors just under today's figures (accuracy 0.860; 0.984 unambiguous).
     report = evaluate_corpus(_rounds(tmp_path, lambda r: r not in {row[0] for row in ROUND_FLOORS}))
     assert report.total == 308
@@ -296,6 +296,14 @@ ROUND_FLOORS: list[tuple[str, int, float, float]] = [
     # kill above the fabric errors it causes, Intel Fortran's abort trap, WRF's fatal banner,
     # Lightning's end of fit): 0.875 (1.000), macro-F1 0.914. Floors at today's figures.
     ("AH", 32, 0.875 - 1e-3, 1.000 - 1e-3),
+    # Round AI (49 rows, 24 ambiguous; 2026-12-07; the University of Geneva HPC help forum, job
+    # output and notes committed to repositories, scientific HPC codes' threads): scored on a frozen
+    # copy of commit ce5d42c (round AH's families in) before anything was changed for it: 0.531
+    # (0.600 unambiguous), macro-F1 0.532; rules alone 0.490 (0.560). After its families (seff's
+    # COMPLETED/TIMEOUT summary, sacct's cut OUT_OF_ME+, HPE Cray's under_oom, HPC codes' device
+    # allocation failures, nvidia-smi's `No devices were found`, BeeGFS's ECOMM): 0.673 (0.800),
+    # macro-F1 0.635. Floors at today's figures.
+    ("AI", 49, 0.673 - 1e-3, 0.800 - 1e-3),
 ]
 
 

@@ -40,6 +40,7 @@ class Candidate(BaseModel):
     last: Evidence | None = None  # the same rule's last line in this source, when not the first
     order: tuple[int, int, int]  # (source rank, line, rule row): earlier wins ties
     defers_to_xid: bool = False  # see Rule.defers_to_xid
+    ends_run: bool = False  # see Rule.ends_run
 
 
 def candidates_from(
@@ -74,7 +75,7 @@ def candidates_from(
                     last=(Evidence(line=hit.last_line, text=hit.last_text or "", source=hit.source)
                           if hit.last_line is not None else None),
                     order=(rank, hit.line, hit.rule_index),
-                    defers_to_xid=rule.defers_to_xid,
+                    defers_to_xid=rule.defers_to_xid, ends_run=rule.ends_run,
                 )
             )
     for fact in facts:
@@ -89,10 +90,36 @@ def candidates_from(
     return out
 
 
+# What a finished run prints as it shuts down. After the run's own final verdict of success
+# (Rule.ends_run) these causes are noise; a GPU, node or memory fault after it is not (the node
+# still needs a look) and neither is a numerical finding.
+SHUTDOWN_NOISE = frozenset({
+    Cause.SOFTWARE_BUG, Cause.CRASH_SIGNAL, Cause.NCCL_TIMEOUT, Cause.NETWORK_FABRIC, Cause.STORAGE_IO,
+    Cause.ENVIRONMENT, Cause.TIME_LIMIT, Cause.PREEMPTED,
+})
+AFTER_END_PRIORITY = 3  # below every success row (4-5): still a rival, never the cause
+
+
+def after_the_end(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """Noise printed after a run's own final success line, in the same source, demoted below success."""
+    ends = {}
+    for c in candidates:
+        if c.ends_run and c.evidence.source != "scheduler":
+            ends[c.order[0]] = min(ends.get(c.order[0], c.order[1]), c.order[1])
+    if not ends:
+        return list(candidates)
+    return [
+        c.model_copy(update={"priority": min(c.priority, AFTER_END_PRIORITY)})
+        if c.cause in SHUTDOWN_NOISE and c.order[0] in ends and c.order[1] > ends[c.order[0]] else c
+        for c in candidates
+    ]
+
+
 def decide(candidates: Sequence[Candidate]) -> Verdict:
     scheduler_says_failed = any(
         c.evidence.source == "scheduler" and c.cause is not Cause.SUCCESS for c in candidates
     )
+    candidates = after_the_end(candidates)
     pool = [c for c in candidates if not (scheduler_says_failed and c.cause is Cause.SUCCESS)]
     if not pool:
         return Verdict(

@@ -36,6 +36,11 @@ class Rule(BaseModel):
         default=False,
         description="an application's wording of a GPU event: a catalogued Xid for it, when present, decides",
     )
+    ends_run: bool = Field(
+        default=False,
+        description="the line is the run's own final verdict of success (a benchmark's run_stop): what "
+        "fails after it in the same log is shutdown noise, unless it names hardware or memory",
+    )
 
     @field_validator("pattern")
     @classmethod

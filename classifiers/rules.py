@@ -32,6 +32,8 @@ A job STEP cancelled sits at 34, below the crash signals and CUDA/HIP errors (40
 cancel a step and above the kill that follows a cancel (sigkill 33); CUDA's devices-unavailable
 (gpu_hardware) at 90 with the NVSwitch fabric row: the node's GPU state, not a hardware fault the
 driver reported.
+A row flagged `ends_run` (MLPerf's run_stop success) demotes what fails after it in the same log to
+3, below success, unless it names hardware, memory or a numerical fault (decide.SHUTDOWN_NOISE).
 Two environment rows sit outside their band on purpose: sigill at crash-signal priority (40), so
 any named cause printed with it wins, and user-lookup-failed at 4, since a container's unnamed uid
 prints it in good runs too.
@@ -680,8 +682,15 @@ RULES: tuple[Rule, ...] = (
     _r("child-failed", CS, 20, r"ChildFailedError|terminated with signal|died with <Signals|exited with (signal|code)",
        "a worker process died: read the first failing rank's log", confidence=0.5),
     # --- Success ---------------------------------------------------------------------------------
-    _r("training-complete", OK, 5, r"'train_runtime': [0-9]|Successful completion of (geogrid|ungrib|metgrid|real|wrf)|SUCCESS COMPLETE (WRF|REAL_EM)|(program|training|job|run|script|process) (ended|finished|completed|exited) successfully|training (job )?(is )?(complete|completed|finished|done)\b|finished training|Saving final model|all done\b|(job|run) completed successfully|Engine run complete|End of run\b|EXIT_CODE=0\b|exited with (exit )?code 0\b|\*\*\*\*\* train metrics \*\*\*\*\*|Training finished|wandb: Synced [0-9]+ W&B file|\"key\": \"run_stop\"[^\n]{0,200}\"status\": \"success\"|`?Trainer\.fit`? stopped: `?max_(epochs|steps)=[0-9]+`? reached",
+    _r("training-complete", OK, 5, r"'train_runtime': [0-9]|Successful completion of (geogrid|ungrib|metgrid|real|wrf)|SUCCESS COMPLETE (WRF|REAL_EM)|(program|training|job|run|script|process) (ended|finished|completed|exited) successfully|training (job )?(is )?(complete|completed|finished|done)\b|finished training|Saving final model|all done\b|(job|run) completed successfully|Engine run complete|End of run\b|EXIT_CODE=0\b|exited with (exit )?code 0\b|\*\*\*\*\* train metrics \*\*\*\*\*|Training finished|wandb: Synced [0-9]+ W&B file|`?Trainer\.fit`? stopped: `?max_(epochs|steps)=[0-9]+`? reached",
        "the job finished normally", confidence=0.7),
+    # MLPerf's logger (mlperf_logging, MLLOG lines): `run_stop` with status success is the benchmark's
+    # own verdict that the run reached its target, and a rank's closing `"key": "status", "value":
+    # "success"` says the same. The run is over: teardown errors printed after it (an NCCL watchdog
+    # at shutdown, a finaliser's traceback, an NFS handle gone stale in atexit, a cancel a second
+    # after the result) do not undo it; hardware and memory faults after it still win (decide.py).
+    _r("run-stop-success", OK, 5, r"\"key\": \"run_stop\"[^\n]{0,200}\"status\": \"success\"|\"key\": \"status\", \"value\": \"success\"",
+       "the benchmark logged run_stop with status success", confidence=0.7, ends_run=True),
     # Slurm's own words for a clean end (sacct / scontrol / seff / a site's summary line): COMPLETED, 0:0.
     _r("slurm-state-completed", OK, 5, r"JobState=COMPLETED\b|\bCOMPLETED,?( +exit(code)?:?| +ExitCode=)? *0:0\b|\bState: COMPLETED \(exit code 0\)",
        "Slurm says the job completed with exit code 0", confidence=0.7, caseless=False),

@@ -461,7 +461,8 @@ CASES: list[tuple[str, str, str]] = [
     ("Exception: Version mismatch: The cluster was started with:\n    Ray: 0.8.0\n    Python: 3.6.5", "environment", "package-version-incompatible"),
     ("FATAL:   Unable to handle docker://lab/tool:1.0 uri: reading manifest 1.0 in docker.io/lab/tool: toomanyrequests: You have reached your pull rate limit.", "environment", "container-runtime-failed"),
     ("MODEL DIVERGED\n:::MLLOG {\"key\": \"run_stop\", \"value\": null, \"metadata\": {\"status\": \"aborted\"}}", "numerical", "model-diverged"),
-    (':::MLLOG {"namespace": "", "event_type": "INTERVAL_END", "key": "run_stop", "value": null, "metadata": {"file": "fit.py", "lineno": 1051, "status": "success"}}', "success", "training-complete"),
+    (':::MLLOG {"namespace": "", "event_type": "INTERVAL_END", "key": "run_stop", "value": null, "metadata": {"file": "fit.py", "lineno": 1051, "status": "success"}}', "success", "run-stop-success"),
+    (':::MLLOG {"namespace": "", "time_ms": 1714978963120, "event_type": "POINT_IN_TIME", "key": "status", "value": "success", "metadata": {"file": "train.py", "lineno": 775}}', "success", "run-stop-success"),
     # round AF's families
     ("ROCR: unsupported GPU\nhsa api call failure at: ./sources/wsl/tools/rocminfo/rocminfo.cc:1087\nCall returned HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed to allocate the necessary resources.", "environment", "rocm-runtime-init-failed"),
     ("julia> AMDGPU.synchronize()\nERROR: GPU Kernel Exception\nStacktrace:", "software_bug", "cuda-device-assert"),

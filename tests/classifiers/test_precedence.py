@@ -161,3 +161,29 @@ def test_a_cuda_error_wrapped_in_an_uncaught_exception_keeps_its_gpu_alternative
     verdict = classify_text(text)
     assert (verdict.cause, verdict.signature) == (Cause.SOFTWARE_BUG, "cuda-error")
     assert Cause.GPU_HARDWARE in {a.cause for a in verdict.alternatives}
+
+
+RUN_STOP = (':::MLLOG {"namespace": "", "time_ms": 1652766836235, "event_type": "INTERVAL_END", "key": "run_stop", '
+            '"value": null, "metadata": {"file": "train.py", "lineno": 975, "status": "success"}}')
+
+
+def test_what_fails_after_a_benchmark_s_run_stop_success_is_shutdown_noise() -> None:
+    """MLPerf's run_stop success is the run's own verdict: an NCCL watchdog at teardown, a
+    finaliser's traceback or a stale NFS handle in atexit after it do not make the job a failure;
+    the noise stays on the verdict as an alternative."""
+    for noise, cause in ((WATCHDOG, Cause.NCCL_TIMEOUT),
+                         ("Error in atexit._run_exitfuncs:\nOSError: [Errno 116] Stale file handle", Cause.STORAGE_IO),
+                         (TRACEBACK + "FileNotFoundError: [Errno 2] No such file or directory", Cause.SOFTWARE_BUG)):
+        assert classify_text(noise).cause is cause
+        after = classify_text(RUN_STOP + "\n" + noise)
+        assert (after.cause, after.signature) == (Cause.SUCCESS, "run-stop-success"), noise
+        assert cause in {a.cause for a in after.alternatives}
+        # before the run's end the same lines are the failure
+        assert classify_text(noise + "\n" + RUN_STOP).cause is cause
+
+
+def test_hardware_memory_and_a_failed_scheduler_state_after_run_stop_still_win() -> None:
+    assert classify_text(RUN_STOP + "\n" + XID79).cause is Cause.GPU_HARDWARE
+    oom = "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=7.0. Some of your processes may have been killed by the cgroup out-of-memory handler."
+    assert classify_text(RUN_STOP + "\n" + oom).cause is Cause.HOST_OOM
+    assert classify_text(RUN_STOP + "\n" + WATCHDOG, SchedulerFacts(state="FAILED", exit_code=1)).cause is not Cause.SUCCESS

@@ -494,4 +494,9 @@ CASES: list[tuple[str, str, str]] = [
     (" *** ERROR: Memory allocation on device failed ***", "cuda_oom", "framework-gpu-oom"),
     ("$ nvidia-smi\nNo devices were found", "environment", "no-cuda-device"),
     ("cat: /mnt/beegfs/run7/out.log: Communication error on send", "storage_io", "fs-not-responding"),
+    # round AJ's families
+    ("srun: error: Couldn't find the specified plugin name for mpi/pmix_v4 looking at all files\nsrun: error: Invalid MPI type 'pmix_v4', --mpi=list for acceptable types", "environment", "slurm-plugin-missing"),
+    ("Fatal error: no compatible GPUs were detected on this node", "environment", "no-cuda-device"),
+    ("bandwidthTest, CUDA Runtime Version = 12.2, NumDevs = 1\nResult = PASS", "success", "training-complete"),
+    ("&&&& PASSED TensorRT.trtexec [TensorRT v8601] # trtexec --onnx=model.onnx", "success", "training-complete"),
 ]

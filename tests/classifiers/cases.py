@@ -65,9 +65,9 @@ CASES: list[tuple[str, str, str]] = [
     ("[  +0.000127] mce: [Hardware Error]: Machine check events logged", "node_failure", "host-machine-check"),
     ("EDAC skx MC3: HANDLING MCE MEMORY ERROR", "node_failure", "host-machine-check"),
     # the BMC's event log of a host DIMM (ipmitool sel elist; Supermicro; Dell iDRAC MEM0001)
-    ("  1a | 03/14/2024 | 02:11:09 | Memory #0x87 | Uncorrectable ECC | Asserted", "node_failure", "host-machine-check"),
-    ("Uncorrectable ECC / other uncorrectable memory error @P1-DIMMA1(CPU1) - Assertion", "node_failure", "host-machine-check"),
-    ("MEM0001: Multi-bit memory errors detected on a memory device at location(s) DIMM_B2.", "node_failure", "host-machine-check"),
+    ("  1a | 03/14/2024 | 02:11:09 | Memory #0x87 | Uncorrectable ECC | Asserted", "node_failure", "host-dimm-ecc"),
+    ("Uncorrectable ECC / other uncorrectable memory error @P1-DIMMA1(CPU1) - Assertion", "node_failure", "host-dimm-ecc"),
+    ("MEM0001: Multi-bit memory errors detected on a memory device at location(s) DIMM_B2.", "node_failure", "host-dimm-ecc"),
     # Network fabric
     ("gpu7:3468:3905 [4] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.0.0.2<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv)", "network_fabric", "nccl-ib-completion-error"),
     ("mlx5: gpu3: got completion with error: IBV_WC_RETRY_EXC_ERR", "network_fabric", "ib-wc-error"),
@@ -499,4 +499,11 @@ CASES: list[tuple[str, str, str]] = [
     ("Fatal error: no compatible GPUs were detected on this node", "environment", "no-cuda-device"),
     ("bandwidthTest, CUDA Runtime Version = 12.2, NumDevs = 1\nResult = PASS", "success", "training-complete"),
     ("&&&& PASSED TensorRT.trtexec [TensorRT v8601] # trtexec --onnx=model.onnx", "success", "training-complete"),
+    # round AK's families
+    ("Node0: DRAM uncorrectable ECC Error\nNode1: HT Link SYNC Error", "node_failure", "host-dimm-ecc"),
+    ("Uncorrectable ECC error on DIMM A1 (CPU1), channel 0", "node_failure", "host-dimm-ecc"),
+    ("amrex::Abort::3::CUDA error 34 in file AMReX_GpuDevice.cpp line 164: CUDA driver is a stub library !!!\nSIGABRT", "environment", "driver-too-old"),
+    ("c++: internal compiler error: Killed (program cc1plus)", "host_oom", "launcher-child-sigkilled"),
+    ("Abort(1090831) (rank 0 in comm 0): Fatal error in PMPI_Init_thread: Other MPI error, error stack:\nslurmstepd: error: *** STEP 7.0 ON nid001 CANCELLED AT 2024-01-01T00:00:00 ***", "software_bug", "mpi-errors-are-fatal"),
+    ("================    End of simulation     ===============\nTotal time (seconds):         787.924", "success", "training-complete"),
 ]

@@ -4,7 +4,9 @@ The highest-priority hit names the cause (ties: the earliest line wins, since th
 usually the root). Other hits of the same cause corroborate it; a close runner-up of another cause
 lowers the confidence. A success hit never wins against a scheduler fact that says failure.
 Training-progress findings (classifiers.progress, carried in a source's hits as ProgressHit) are
-`numerical` candidates like any rule hit, with their own priority.
+`numerical` candidates like any rule hit, with their own priority. After a line in which the run
+itself declared success (a rule with `ends_run`), shutdown noise in the same source ranks below
+success (`after_the_end`).
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ AFTER_END_PRIORITY = 3  # below every success row (4-5): still a rival, never th
 
 def after_the_end(candidates: Sequence[Candidate]) -> list[Candidate]:
     """Noise printed after a run's own final success line, in the same source, demoted below success."""
-    ends = {}
+    ends: dict[int, int] = {}  # source rank -> the first line that ended the run
     for c in candidates:
         if c.ends_run and c.evidence.source != "scheduler":
             ends[c.order[0]] = min(ends.get(c.order[0], c.order[1]), c.order[1])

@@ -20,6 +20,16 @@ from pydantic import BaseModel, Field
 from pitstop.models import Cause, SchedulerFacts
 
 
+# Harvest rounds in the order they were gathered (E and F on one day); after Z they are named AA,
+# AB, ... A row's id starts with its round's name (`AH-storage_io-c01`).
+ROUND_ORDER = tuple("ABCDEFGHIJKLMNOPQRSTUVWXYZ") + tuple(f"A{c}" for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def rounds_before(round_name: str) -> frozenset[str]:
+    """Every harvest round gathered before `round_name`."""
+    return frozenset(ROUND_ORDER[: ROUND_ORDER.index(round_name)])
+
+
 class CorpusError(ValueError):
     """The corpus file is unusable; the message names the file and line."""
 

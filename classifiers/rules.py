@@ -366,9 +366,10 @@ RULES: tuple[Rule, ...] = (
        "RDMA could not pin memory: raise the locked-memory limit (ulimit -l unlimited; slurmd's LimitMEMLOCK, PropagateResourceLimits)"),
     _r("cpp-bad-alloc", HO, 78, r"std::bad_alloc|Cannot allocate memory|\[Errno 12\]",
        "host allocation failed: reduce memory use or request more --mem", confidence=0.75),
-    # The launcher's own "child failed with -9" line (and Python subprocess's, GCC's `internal compiler
-    # error: Killed (program cc1plus)`): most often the host OOM killer. The
-    # signal-only forms (torchrun's Root Cause block, mp.spawn) stay crash_signal, see "sigkill".
+    # The launcher's own "child failed with -9" line (and Python subprocess's, GCC's `internal
+    # compiler error: Killed (program cc1plus)`): most often the host OOM killer. The signal-only
+    # forms (torchrun's Root Cause block, mp.spawn, a compiler driver's "died due to signal 9")
+    # stay crash_signal, see "sigkill".
     _r("launcher-child-sigkilled", HO, 32, r"failed \(exitcode: -9\)|exits with return code = -9\b|returned non-zero exit status -9\b|internal compiler error: Killed \(program [a-z0-9+]+\)",
        "a rank was SIGKILLed, most often by the host OOM killer: check dmesg / sacct MaxRSS", confidence=0.55),
     _r("deepspeed-killing-subprocess", HO, 21, r"sigkill_handler\] Killing subprocess",

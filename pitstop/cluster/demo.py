@@ -240,8 +240,8 @@ class DemoCluster:
 
     def actions(self) -> list[DemoAction]:
         """Every change made to the cluster so far, oldest first."""
-        with self._locked():
-            return [a.model_copy(deep=True) for a in self._view().actions]
+        with self.frozen() as actions:
+            return actions
 
     @contextlib.contextmanager
     def frozen(self) -> Iterator[list[DemoAction]]:

@@ -23,7 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pitstop.cli.cmd_up",  # up
     "pitstop.cli.cmd_metrics",  # metrics
     "pitstop.cli.cmd_reconcile",  # reconcile
-    "pitstop.cli.cmd_pipeline",  # demo
+    "pitstop.cli.cmd_demo",  # demo
     "pitstop.cli.cmd_simulate",  # simulate
 )
 

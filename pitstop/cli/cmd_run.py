@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
         add_help_option=True,
     )
     def run_cmd(ctx: typer.Context) -> None:
-        from pitstop.wrapper.fastpath import main as run_main
+        from pitstop.wrapper.supervise import main as run_main
 
         raise typer.Exit(run_main(list(ctx.args)))
 

@@ -23,7 +23,7 @@ def _run_hook(name: str) -> int:
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     if args and args[0] == "run" and not {"-h", "--help"} & set(args[1:2]):
-        from pitstop.wrapper.fastpath import main as run_main
+        from pitstop.wrapper.supervise import main as run_main
 
         sys.exit(run_main(args[1:]))
     if args and args[0] in HOOKS and not {"-h", "--help"} & set(args[1:]):

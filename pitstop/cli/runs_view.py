@@ -166,7 +166,7 @@ STATUS_TEXT = {KILLED: "wrapper killed"}
 
 
 def _settle(view: RunView) -> RunView:
-    from pitstop.cli.run_glue import classify_logs
+    from pitstop.cli.run_classifier import classify_logs
     from pitstop.wrapper.settle import record_in_store, settle
 
     settings = load_settings()

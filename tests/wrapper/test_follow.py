@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from classifiers import classify_files
-from pitstop.cli.run_glue import WORKER_ARGV
+from pitstop.cli.run_classifier import WORKER_ARGV
 from pitstop.models import SchedulerFacts
 from pitstop.wrapper.classify_child import ClassifierProcess
 from pitstop.wrapper.follow import FollowedLog

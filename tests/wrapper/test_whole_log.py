@@ -97,7 +97,7 @@ def test_timeout_returns_the_exit_status_verdict_and_kills_the_worker(tmp_path: 
 
 
 def test_unreadable_log_is_named(tmp_path: Path) -> None:
-    from pitstop.cli.run_glue import WORKER_ARGV
+    from pitstop.cli.run_classifier import WORKER_ARGV
 
     missing = tmp_path / "gone.log"
     try:

@@ -1,4 +1,4 @@
-"""The fast path: nothing heavy before the child starts, and no Prefect at all."""
+"""`pitstop run`'s supervisor: nothing heavy before the child starts, and no Prefect at all."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import sys
 PROBE = """
 import sys
 loaded = set(sys.modules)
-import pitstop.wrapper.fastpath as fp
+import pitstop.wrapper.supervise as supervise
 # paid on every job launch: pure-Python stdlib modules that would add milliseconds
 slow = sorted(m for m in set(sys.modules) - loaded if m in ('pathlib', 're', 'json', 'argparse', 'subprocess', 'signal', 'threading', 'enum', 'dataclasses'))
 assert not slow, f"imported before the child starts: {slow}"
 before = sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'sqlmodel', 'sqlalchemy', 'prefect', 'typer', 'rich', 'classifiers', 'apprise'))
-rc = fp.main(['--quiet', '--', 'sh', '-c', 'exit 5'])
+rc = supervise.main(['--quiet', '--', 'sh', '-c', 'exit 5'])
 after = sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] in ('prefect', 'typer', 'rich', 'apprise', 'paramiko')})
 print(before, after, rc)
 """

@@ -1,6 +1,6 @@
 """The classifier behind `pitstop run` / `pitstop runs show`, for the CLI's callers.
 
-The wrapper (core) starts its classifier worker itself (pitstop.wrapper.fastpath.worker_argv,
+The wrapper (core) starts its classifier worker itself (pitstop.wrapper.supervise.worker_argv,
 the process pitstop/cli/classify_worker.py); nothing in core imports this module.
 """
 
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pitstop.models import SchedulerFacts, Verdict
-from pitstop.wrapper.fastpath import worker_argv
+from pitstop.wrapper.supervise import worker_argv
 
 # The same interpreter as the wrapper, so the worker sees the same installed packages.
 WORKER_ARGV = worker_argv()

@@ -8,7 +8,7 @@ Order matters, and is the point of this module:
   3. after it ends: classify the complete logs (in a separate process), notify, record
      (`finish.py`), and exit with the child's code.
 Every import on the path to the spawn is paid on every job launch: keep it that way
-(tests/wrapper/test_fastpath.py checks it).
+(tests/wrapper/test_supervise.py checks it).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ LOGS = (rundir.STDOUT_LOG, rundir.STDERR_LOG, rundir.COMBINED_LOG)
 
 
 # The classifier runs in its own process, named here by its command line: the wrapper (core) never
-# imports `classifiers` nor the CLI package (tests/test_layering.py). pitstop/cli/run_glue.py uses
+# imports `classifiers` nor the CLI package (tests/test_layering.py). pitstop/cli/run_classifier.py uses
 # the same command for `pitstop runs show`.
 CLASSIFY_WORKER_MODULE = "pitstop.cli.classify_worker"
 

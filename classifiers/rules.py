@@ -70,7 +70,7 @@ MORE_TIME = "request more time or checkpoint more often"
 
 
 def _r(signature: str, cause: Cause, priority: int, pattern: str, hint: str, **kw) -> Rule:
-    return Rule(signature=signature, cause=cause, priority=priority, pattern=pattern, hint=hint, **kw)
+    return Rule.built_in(signature=signature, cause=cause, priority=priority, pattern=pattern, hint=hint, **kw)
 
 
 RULES: tuple[Rule, ...] = (

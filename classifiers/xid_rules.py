@@ -95,7 +95,7 @@ def xid_rules() -> tuple[Rule, ...]:
         if len(xids) == 1:  # a band of one Xid can name it, in the catalog's words
             hint = f"Xid {xids[0]} ({XID_CATALOG[xids[0]].description}): {hint}"
         rows.append(
-            Rule(
+            Rule.built_in(
                 signature="xid-{1}", cause=cause, priority=priority, hint=hint,
                 pattern=xid_pattern("|".join(str(x) for x in xids)),
                 confidence=0.9 if priority > WEAK else 0.5,

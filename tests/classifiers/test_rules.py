@@ -45,6 +45,20 @@ def test_patterns_that_could_span_lines_are_rejected() -> None:
         Rule(signature="x", cause="unknown", pattern=r"foo[^x]*bar", priority=1, hint="h")
 
 
+def test_every_built_in_row_passes_the_full_check_its_loading_skips() -> None:
+    # The shipped tables load without `re`'s compile (Rule.built_in): this is where it is paid.
+    for rule in RULES:
+        assert Rule.model_validate(rule.model_dump()) == rule
+        re.compile(rule.pattern.encode(), re.IGNORECASE if rule.caseless else 0)
+
+
+def test_a_built_in_row_is_still_kept_on_one_line_and_a_bad_regex_is_caught_outside_it() -> None:
+    with pytest.raises(ValueError, match="one line"):
+        Rule.built_in(signature="x", cause="unknown", pattern=r"foo\sbar", priority=1, hint="h")
+    with pytest.raises(ValueError, match="not a valid regex"):
+        Rule(signature="x", cause="unknown", pattern=r"foo(bar", priority=1, hint="h")
+
+
 def test_hint_lookup_for_templated_and_fixed_signatures() -> None:
     assert "bus" in hint_for("xid-79")
     assert "RMA" in hint_for("xid-62") or "reset" in hint_for("xid-62")

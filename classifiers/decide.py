@@ -6,7 +6,9 @@ lowers the confidence. A success hit never wins against a scheduler fact that sa
 Training-progress findings (classifiers.progress, carried in a source's hits as ProgressHit) are
 `numerical` candidates like any rule hit, with their own priority. After a line in which the run
 itself declared success (a rule with `ends_run`), shutdown noise in the same source ranks below
-success (`after_the_end`).
+success (`after_the_end`). A line healthy runs print too (`routine`) ranks below a success line
+after it (`routine_before_success`); a line that only reports that something else ended the step
+(`consequence`) ranks below an earlier failing line (`consequence_of_failure`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class Candidate(BaseModel):
     order: tuple[int, int, int]  # (source rank, line, rule row): earlier wins ties
     defers_to_xid: bool = False  # see Rule.defers_to_xid
     ends_run: bool = False  # see Rule.ends_run
+    routine: bool = False  # see Rule.routine
+    consequence: bool = False  # see Rule.consequence
 
 
 def candidates_from(
@@ -78,6 +82,7 @@ def candidates_from(
                           if hit.last_line is not None else None),
                     order=(rank, hit.line, hit.rule_index),
                     defers_to_xid=rule.defers_to_xid, ends_run=rule.ends_run,
+                    routine=rule.routine, consequence=rule.consequence,
                 )
             )
     for fact in facts:
@@ -117,11 +122,47 @@ def after_the_end(candidates: Sequence[Candidate]) -> list[Candidate]:
     ]
 
 
+def routine_before_success(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """A routine warning (an fp16 overflow skip) that the run outlived, by its own later success line,
+    ranks below success: the run said it finished after the warnings began."""
+    finished: dict[int, int] = {}  # source rank -> the last line a success row matched
+    for c in candidates:
+        if c.cause is Cause.SUCCESS and c.evidence.source != "scheduler":
+            line = c.last.line if c.last is not None else c.evidence.line
+            finished[c.order[0]] = max(finished.get(c.order[0], line), line)
+    return [
+        c.model_copy(update={"priority": min(c.priority, AFTER_END_PRIORITY)})
+        if c.routine and c.order[1] < finished.get(c.order[0], -1) else c
+        for c in candidates
+    ]
+
+
+# A failing line strong enough to be why srun ended the step: from the program's own error report
+# (app-error-at-source, 28) up; the weaker rows are informational Xids and bare kills.
+FAILING_LINE_MIN_PRIORITY = 28
+
+
+def consequence_of_failure(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """A bare step cancel after a task's own failure (a traceback, MPI_Abort) is srun ending the
+    step (--kill-on-bad-exit): the earlier failing line in the same source outranks it."""
+    out = []
+    for c in candidates:
+        if c.consequence:
+            before = [o.priority for o in candidates
+                      if o.order[0] == c.order[0] and o.order[1] < c.order[1] and o.cause is not Cause.SUCCESS
+                      and o.cause is not c.cause and not (o.routine or o.consequence)
+                      and o.priority >= FAILING_LINE_MIN_PRIORITY and o.evidence.source != "scheduler"]
+            if before:
+                c = c.model_copy(update={"priority": min(c.priority, max(before) - 1)})
+        out.append(c)
+    return out
+
+
 def decide(candidates: Sequence[Candidate]) -> Verdict:
     scheduler_says_failed = any(
         c.evidence.source == "scheduler" and c.cause is not Cause.SUCCESS for c in candidates
     )
-    candidates = after_the_end(candidates)
+    candidates = consequence_of_failure(routine_before_success(after_the_end(candidates)))
     pool = [c for c in candidates if not (scheduler_says_failed and c.cause is Cause.SUCCESS)]
     if not pool:
         return Verdict(

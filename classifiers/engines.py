@@ -93,6 +93,9 @@ class PythonReEngine:
         return _re_last(self._regexes, indices, data, end)
 
 
+RE2_MAX_MEM = 64 << 20
+
+
 class Re2SetEngine:
     name = "re2"
 
@@ -100,6 +103,9 @@ class Re2SetEngine:
         import re2
 
         options = re2.Options()
+        # RE2's default budget (8 MiB) holds the built-in table with no room for one more bounded
+        # repeat such as `[^\n]{0,60}`, and a site rule file adds rows: compiling the set would fail.
+        options.max_mem = RE2_MAX_MEM
         self._set = re2.Set.SearchSet(options)
         for rule in rules:
             prefix = "(?mi)" if rule.caseless else "(?m)"

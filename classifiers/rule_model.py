@@ -46,6 +46,16 @@ class Rule(BaseModel):
         description="the line is the run's own final verdict of success (a benchmark's run_stop): what "
         "fails after it in the same log is shutdown noise, unless it names hardware or memory",
     )
+    routine: bool = Field(
+        default=False,
+        description="healthy runs print it too (an fp16 overflow skip, a numpy warning): a success line "
+        "after it in the same log outranks it",
+    )
+    consequence: bool = Field(
+        default=False,
+        description="printed because something else ended the step (srun cancelling a step after a "
+        "task failed): an earlier failing line in the same log outranks it",
+    )
 
     @classmethod
     def built_in(cls, **fields) -> Rule:

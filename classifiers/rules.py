@@ -36,6 +36,10 @@ cancel a step and above the kill that follows a cancel (sigkill 33); CUDA's devi
 driver reported.
 A row flagged `ends_run` (MLPerf's run_stop success) demotes what fails after it in the same log to
 3, below success, unless it names hardware, memory or a numerical fault (decide.SHUTDOWN_NOISE).
+A row flagged `routine` (fp16 overflow skips, numpy's warnings: healthy runs print them) ranks
+below a success line after it in the same log; the row flagged `consequence` (the bare step cancel)
+ranks below an earlier failing line of the same log (priority 28 up), since srun cancels the step
+once a task failed (decide.routine_before_success, decide.consequence_of_failure).
 Two environment rows sit outside their band on purpose: sigill at crash-signal priority (40), so
 any named cause printed with it wins, and user-lookup-failed at 4, since a container's unnamed uid
 prints it in good runs too.
@@ -380,6 +384,11 @@ RULES: tuple[Rule, ...] = (
        "the process was SIGKILLed, most often by the OOM killer: check dmesg / sacct MaxRSS",
        confidence=0.55, caseless=False),
     # --- CUDA / accelerator memory ----------------------------------------------------------------
+    # Page-locked (pinned) host memory the CUDA driver could not get: host RAM, whatever the CUDA
+    # error code says (CUDA_ERROR_OUT_OF_MEMORY is also what cuMemHostAlloc returns); XLA/TF name
+    # their host-side allocator (`xla_gpu_host_bfc`). Above the device OOM rows whose words it shares.
+    _r("host-pinned-memory-exhausted", HO, 82, r"could not allocate pinned host memory|failed to alloc [0-9]+ bytes on host\b|Allocator \([a-z_]*host_bfc\) ran out of memory|cuda(HostAlloc|MallocHost)[^\n]{0,60}(out of memory|failed)",
+       "the node ran out of pinned (page-locked) host memory: less host offload / pinned buffers, or a node with more RAM"),
     _r("cuda-oom", CO, 80, r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|HIP out of memory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|\b(NPU|XPU|HPU) out of memory|MPS backend out of memory|\b(UR|ZE)_RESULT_ERROR_OUT_OF_DEVICE_MEMORY",
        "GPU memory exhausted: smaller batch, activation checkpointing, or more GPUs"),
     _r("tf-oom", CO, 80, r"OOM when allocating tensor|ResourceExhaustedError",
@@ -402,7 +411,7 @@ RULES: tuple[Rule, ...] = (
     # runtime's allocation failure with its total/free table; Ascend's CANN runtime: rtMalloc failing
     # with "driver error:out of memory", halMemAlloc with drvRetCode 6; HPC codes' own words: AMReX's
     # `CUDA error 2 ... out of memory`, Neko's `Memory allocation on device failed`).
-    _r("framework-gpu-oom", CO, 81, r"(cudaMalloc|cuMemAlloc)( retry)? failed[^\n]{0,40}out of memory|CUDA error 2\b[^\n]{0,200}out of memory|(memory )?allocation on (the )?(device|GPU) failed|(device|GPU) memory allocation failed|failed to allocate (device|GPU) memory|Out of memory error on GPU|CUDA failure 2: out of memory|cudaSuccess \(2 vs\. 0\) +out of memory|out of memory on (GPU|device) [0-9]|Out of memory allocating [0-9]+ bytes of device memory|total/free CUDA memory: [0-9]+/[0-9]+|rtMalloc execute failed, reason=\[driver error:out of memory\]|halMemAlloc failed[^\n]{0,120}drvRetCode=6\b",
+    _r("framework-gpu-oom", CO, 81, r"(cudaMalloc|cuMemAlloc)( retry)? failed[^\n]{0,40}out of memory|CUDA error 2\b[^\n]{0,200}out of memory|(memory )?allocation on (the )?(device|GPU) failed|(device|GPU) memory allocation failed|failed to allocate (device|GPU) memory|Out of memory error on GPU|CUDA failure 2: out of memory|cudaSuccess \(2 vs\. 0\) +out of memory|out of memory on (GPU|device) [0-9]|Out of memory allocating [0-9]+ bytes of device memory|total/free CUDA memory: [0-9]+/[0-9]+|rtMalloc execute failed, reason=\[driver error:out of memory\]|halMemAlloc failed[^\n]{0,120}drvRetCode=6\b|MODULE:(SYNHELPER|PT_DEVMEM)[^\n]{0,40}Allocation (of size ::[0-9]+ )?failed",
        "GPU memory exhausted: smaller batch or model"),
     _r("kv-cache-no-memory", CO, 79, r"No available memory for the cache blocks|# GPU blocks: 0\b|larger than the maximum number of tokens that can be stored in KV cache",
        "no GPU memory left for the KV cache: lower max_model_len or raise gpu_memory_utilization / use more GPUs"),
@@ -542,7 +551,7 @@ RULES: tuple[Rule, ...] = (
        "fp16 loss scale collapsed (gradients overflow every step): lower LR or use bf16; do not requeue as-is"),
     # A skipped fp16 step is routine in healthy runs: it only names the cause over a bare traceback.
     _r("grad-overflow", NU, 31, r"Grad(ient)? overflow|overflow detected[.,] (setting loss scale|Skipping step)|reducing (dynamic )?loss scale (from [0-9.e+-]+ )?to|OVERFLOW! (Rank [0-9]+ )?Skipping step",
-       "fp16 gradient overflows: if the run died of them, lower LR or use bf16", confidence=0.45),
+       "fp16 gradient overflows: if the run died of them, lower LR or use bf16", confidence=0.45, routine=True),
     # A molecular-dynamics system blowing up is the simulation's own divergence (GROMACS user guide,
     # "Blowing up"; LAMMPS error docs, "Lost atoms"; NAMD's margin violations and "atoms moving too
     # fast"; Tinker's illegal energy value): unstable input or time step, not the machine.
@@ -550,12 +559,17 @@ RULES: tuple[Rule, ...] = (
     # operation. Healthy runs print them too, so only over a bare traceback or nothing.
     _r("numpy-fp-warning", NU, 31, r"RuntimeWarning: (invalid value|overflow|divide by zero) encountered in",
        "numpy met NaN/Inf values (invalid value / overflow in an operation): check the inputs and the precision (fp16 overflows)",
-       confidence=0.45),
+       confidence=0.45, routine=True),
     _r("md-system-blew-up", NU, 70, r"Lost atoms: original [0-9]+ current [0-9]+|Too many LINCS warnings|\bLINCS WARNING\b|SETTLE (warning|error)|moved more than the distance allowed by the domain decomposition|Non-numeric atom coords|Out of range atoms - cannot compute|Bond atoms? missing|Periodic cell has become too small for original patch grid|margin violations|atoms moving too fast|simulation has become unstable|Illegal Value for the Total Potential Energy|moved too much since last neighbor list update",
        "the simulated system blew up (atoms lost or constraints failing): smaller time step, re-equilibrate or fix the input; do not requeue as-is"),
     # A CFD solver's divergence: OpenFOAM traps floating-point exceptions (FOAM_SIGFPE) and prints
     # its sigFpe handler in the stack, and its continuity error (about 1e-8 in a sound run) grows
     # past 1e3 before that; Fluent names the diverging AMG solve.
+    # An ocean/climate model's own stability check tripping: NEMO's stp_ctl stops the run when sea
+    # surface height, velocity or salinity leave their bounds or go NaN (NEMO stpctl.F90), MOM6 warns
+    # of an extreme surface state before it aborts (MOM.F90).
+    _r("ocean-model-blew-up", NU, 70, r"stp_ctl: \|ssh\| > |Extreme surface sfc_state detected",
+       "the ocean model's state left its bounds (a numerical blow-up): smaller time step or check the forcing/initial state; do not requeue as-is"),
     _r("cfd-solver-diverged", NU, 70, r"Foam::sigFpe::sigHandler|Divergence detected in AMG solver|time step continuity errors : sum local = [0-9.]+e\+0*([3-9]|[1-9][0-9])\b",
        "the flow solver diverged (a floating-point trap in the solve): smaller time step / Courant number or fix the case; do not requeue as-is"),
     _r("py-FloatingPointError", NU, 70, r"FloatingPointError", "floating point error: the run diverged", caseless=False),
@@ -593,7 +607,7 @@ RULES: tuple[Rule, ...] = (
     # errors (40+) that make srun cancel a step.
     _r("slurm-step-cancelled", PR, 34, r"\*\*\* STEP [0-9._+a-z]+ ON [^\n]{0,80}CANCELLED AT",
        "a job step was cancelled (scancel, a preemption, or srun ending the step after one of its tasks "
-       "failed): read the first failing task's output", confidence=0.6),
+       "failed): read the first failing task's output", confidence=0.6, consequence=True),
     _r("scheduler-owner-cancelled", PR, 45, r"TERM_OWNER|TERM_FORCE_OWNER|TERM_FORCE_ADMIN|job killed by owner",
        "the job was killed by its owner or an admin (LSF): nothing to fix unless unexpected"),
     _r("sigterm-received", PR, 21, r"Received SIGTERM|SIGTERM death signal|received signal 15|Terminated by signal 15",
@@ -669,21 +683,28 @@ RULES: tuple[Rule, ...] = (
     # A program's own error report with its source location (IOR `(aiori-POSIX.c:219)`) or its own
     # abort routine (Charm++ CmiAbort, MPI_Abort called by the application): a check in the code
     # failed; weaker than any named cause it may print first.
-    _r("app-error-at-source", SW, 28, r"^[ \t>]*(ERROR|FATAL|Error)[: ][^\n]{0,300}\([A-Za-z0-9_./-]+\.(c|cc|cpp|cxx|cu|f|f90|F90):[0-9]+\)|Called CmiAbort|MPI_ABORT was invoked|calling MPI_Abort|\bPMPI_Abort\b",
+    _r("app-error-at-source", SW, 28, r"^[ \t>]*(ERROR|FATAL|Error)[: ][^\n]{0,300}\([A-Za-z0-9_./-]+\.(c|cc|cpp|cxx|cu|f|f90|F90):[0-9]+\)|Called CmiAbort|MPI_ABORT was invoked|calling MPI_Abort|application called MPI_Abort\(|\bPMPI_Abort\b",
        "the program stopped on its own error check: read its message (a bug, or an option the build does not support)",
        confidence=0.5, caseless=False),
     # std::terminate calls abort(): an uncaught C++ exception is what the SIGABRT after it reports,
     # so it sits one point above the explicit signal rows (40).
     _r("cpp-exception", SW, 41, r"terminate called after throwing an instance of|what\(\): ",
        "an uncaught C++ exception: read the what() line", confidence=0.6),
+    # A glog/absl CHECK (TensorFlow, XLA, Caffe, MXNet) that fails logs `F... file.cc:N] Check failed:`
+    # and then aborts: the SIGABRT after it is its report, so like an uncaught exception it sits
+    # above the signal rows; a CUDA error named in the check (ECC, driver) has its own, higher row.
+    _r("fatal-check-failed", SW, 41, r"\] Check failed: |\*\*\* Check failure stack trace: \*\*\*",
+       "a fatal internal check (glog/absl CHECK) failed: read its condition; a CUDA error in it points at the device or driver", confidence=0.6),
     # --- Crash signals (no clearer cause) --------------------------------------------------------
-    _r("sigsegv", CS, 42, r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 |WTERMSIG 11\b|exitcode *: *-11\b|return ?code *[=:]? *-11\b|segfault",
+    # Exit status 128+N is a shell's (and LSF's, `Exited with exit code 139.`) report of death by
+    # signal N (bash(1), EXIT STATUS): 134 SIGABRT, 135 SIGBUS, 139 SIGSEGV.
+    _r("sigsegv", CS, 42, r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 |WTERMSIG 11\b|exitcode *: *-11\b|return ?code *[=:]? *-11\b|segfault|exit(ed with exit)? (code|status) 139\b",
        "the process segfaulted: collect the core dump/faulthandler trace; suspect native extensions"),
-    _r("sigabrt", CS, 40, r"SIGABRT|Abort trap\b|WTERMSIG 6\b|signal 6 \(Aborted\)|died from signal 6\b|Fatal Python error: Aborted|Aborted \(core dumped\)|exitcode *: *-6\b|return ?code *[=:]? *-6\b",
+    _r("sigabrt", CS, 40, r"SIGABRT|Abort trap\b|WTERMSIG 6\b|signal 6 \(Aborted\)|died from signal 6\b|Fatal Python error: Aborted|Aborted \(core dumped\)|exitcode *: *-6\b|return ?code *[=:]? *-6\b|exit(ed with exit)? (code|status) 134\b",
        "the process aborted: look for the assert/terminate message before it"),
     _r("heap-corruption", CS, 42, r"double free or corruption|free\(\): invalid|malloc\(\): |corrupted size vs\. prev_size|stack smashing detected",
        "native heap corruption: suspect a C/C++ extension; get a core dump"),
-    _r("sigbus", CS, 40, r"Bus error|SIGBUS|exitcode *: *-7\b|return ?code *[=:]? *-7\b", "bus error: often /dev/shm too small or a truncated mmap'd file"),
+    _r("sigbus", CS, 40, r"Bus error|SIGBUS|exitcode *: *-7\b|return ?code *[=:]? *-7\b|exit(ed with exit)? (code|status) 135\b", "bus error: often /dev/shm too small or a truncated mmap'd file"),
     # SIGILL is the CPU refusing an instruction: a binary built for a newer CPU (AVX2, AVX-512) than
     # the node's, i.e. the job's environment, not a crash of unknown cause. Crash-signal priority,
     # so any named cause printed with it still wins.
@@ -700,7 +721,7 @@ RULES: tuple[Rule, ...] = (
        "a worker process died: read the first failing rank's log", confidence=0.5),
     # --- Success ---------------------------------------------------------------------------------
     # Also a test program's own pass verdict: CUDA samples (`Result = PASS`), TensorRT's `&&&& PASSED`.
-    _r("training-complete", OK, 5, r"'train_runtime': [0-9]|Successful completion of (geogrid|ungrib|metgrid|real|wrf)|SUCCESS COMPLETE (WRF|REAL_EM)|(program|training|job|run|script|process|simulation) (ended|finished|completed|exited) successfully|training (job )?(is )?(complete|completed|finished|done)\b|finished training|Saving final model|all done\b|(job|run) completed successfully|Engine run complete|End of (run|simulation)\b|EXIT_CODE=0\b|exited with (exit )?code 0\b|\*\*\*\*\* train metrics \*\*\*\*\*|Training finished|wandb: Synced [0-9]+ W&B file|`?Trainer\.fit`? stopped: `?max_(epochs|steps)=[0-9]+`? reached|^Result = PASS\b|&&&& PASSED\b",
+    _r("training-complete", OK, 5, r"'train_runtime': [0-9]|Successful completion of (geogrid|ungrib|metgrid|real|wrf)|SUCCESS COMPLETE (WRF|REAL_EM)|(program|training|job|run|script|process|simulation) (ended|finished|completed|exited) successfully|training (job )?(is )?(complete|completed|finished|done)\b|finished training|Saving final model|all done\b|(job|run) completed successfully|Engine run complete|End of (run|simulation)\b|EXIT_CODE=0\b|exited with (exit )?code 0\b|\*\*\*\*\* train metrics \*\*\*\*\*|Training finished|wandb: Synced [0-9]+ W&B file|`?Trainer\.fit`? stopped: `?max_(epochs|steps)=[0-9]+`? reached|^Result = PASS\b|&&&& PASSED\b|done training in [0-9.]+ seconds",
        "the job finished normally", confidence=0.7),
     # MLPerf's logger (mlperf_logging, MLLOG lines): `run_stop` with status success is the benchmark's
     # own verdict that the run reached its target, and a rank's closing `"key": "status", "value":

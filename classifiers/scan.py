@@ -307,7 +307,10 @@ class _Pruning:
                                     if rule.signature.startswith("xid-") and rule.priority > XID_WEAK)
 
     def strongest(self, found) -> int:
-        return max((self._rules[i].priority for i in found if self._rules[i].cause is not Cause.SUCCESS), default=0)
+        # A routine hit (decide.routine_before_success) may still lose to a later success line, so
+        # like a success hit it sets no floor.
+        return max((self._rules[i].priority for i in found
+                    if self._rules[i].cause is not Cause.SUCCESS and not self._rules[i].routine), default=0)
 
     def skip(self, found) -> frozenset[int]:
         # Keyed by (P, found weak rules) only, so a whole scan needs just a few engine databases.

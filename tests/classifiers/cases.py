@@ -143,6 +143,15 @@ CASES: list[tuple[str, str, str]] = [
     # MXNet src/storage/pooled_storage_manager.h; PaddlePaddle's allocator message
     ("mxnet.base.MXNetError: [11:41:11] src/storage/./pooled_storage_manager.h:108: cudaMalloc failed: out of memory", "cuda_oom", "framework-gpu-oom"),
     ("  (ResourceExhausted) Out of memory error on GPU 0. Cannot allocate 1.531250GB memory on GPU 0", "cuda_oom", "framework-gpu-oom"),
+    # Habana Gaudi's device allocator (synapse helper / PT device memory)
+    ("RuntimeError: FATAL ERROR :: MODULE:SYNHELPER workspace Allocation of size ::14493510400 failed!", "cuda_oom", "framework-gpu-oom"),
+    ("RuntimeError: [Rank:0] FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for size::56836702208 (54203.7)MB", "cuda_oom", "framework-gpu-oom"),
+    # pinned host memory: host RAM, though the CUDA error says out of memory
+    ("E external/org_tensorflow/tensorflow/stream_executor/cuda/cuda_driver.cc:794] failed to alloc 67108864 bytes on host: CUDA_ERROR_OUT_OF_MEMORY: out of memory\nW device_host_allocator.h:46] could not allocate pinned host memory of size: 67108864", "host_oom", "host-pinned-memory-exhausted"),
+    ("W bfc_allocator.cc:457] Allocator (xla_gpu_host_bfc) ran out of memory trying to allocate 48.00MiB (rounded to 50331648)requested by op", "host_oom", "host-pinned-memory-exhausted"),
+    ("cudaHostAlloc failed: out of memory (2)", "host_oom", "host-pinned-memory-exhausted"),
+    # device memory exhausted stays the device
+    ("W bfc_allocator.cc:457] Allocator (GPU_0_bfc) ran out of memory trying to allocate 2.00GiB", "cuda_oom", "tf-bfc-oom"),
     ("E tensorflow/compiler/xla/xla_client/xla_util.cc:88]   (1) RESOURCE_EXHAUSTED: Attempting to reserve 6.48G at the bottom of memory. That was not possible.", "cuda_oom", "xla-oom"),
     ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Failed to allocate request for 2.99GiB (3206250496B) on device ordinal 0", "cuda_oom", "xla-oom"),
     ("E tensorflow/stream_executor/rocm/rocm_driver.cc:601] failed to allocate 7.35G (7889485824 bytes) from device: hipError_t(1002)", "cuda_oom", "cublas-alloc-failed"),
@@ -289,6 +298,15 @@ CASES: list[tuple[str, str, str]] = [
     ("omegaconf.errors.ConfigAttributeError: Missing key lr", "software_bug", "py-ConfigAttributeError"),
     ("Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n    main()\nmymod.Oops", "software_bug", "py-traceback"),
     ("terminate called after throwing an instance of 'c10::Error'", "software_bug", "cpp-exception"),
+    # glog's fatal CHECK (TensorFlow's tensor.cc) and the SIGABRT it raises
+    ("2025-05-12 23:42:56.590336: F tensorflow/core/framework/tensor.cc:844] Check failed: dtype() == expected_dtype (1 vs. 2) double expected, got float\n*** Process received signal ***\nSignal: Aborted (6)", "software_bug", "fatal-check-failed"),
+    ("*** Check failure stack trace: ***\nAborted (core dumped)", "software_bug", "fatal-check-failed"),
+    # a named CUDA error inside the check keeps its own row
+    ("F0524 09:04:15.975416  9945 common.cpp:152] Check failed: error == cudaSuccess (35 vs. 0)  CUDA driver version is insufficient for CUDA runtime version", "environment", "driver-too-old"),
+    # 128 + N: the shell's and LSF's report of death by signal N
+    ("Exited with exit code 139.\n\nResource usage summary:", "crash_signal", "sigsegv"),
+    ("Process exited with exit code 134", "crash_signal", "sigabrt"),
+    ("srun: error: node17: task 0: Exited with exit code 135", "crash_signal", "sigbus"),
     # Crash signals
     ("Fatal Python error: Segmentation fault", "crash_signal", "sigsegv"),
     ("Fatal Python error: Aborted", "crash_signal", "sigabrt"),
@@ -308,6 +326,7 @@ CASES: list[tuple[str, str, str]] = [
     # Success
     ("2021-04-01 13:27:49 Completed - Training job completed", "success", "training-complete"),
     ("wandb: Synced 5 W&B file(s), 0 media file(s), 2 artifact file(s) and 0 other file(s)", "success", "training-complete"),
+    ("2022-10-18 04:41:48 | INFO | fairseq_cli.train | done training in 559.6 seconds", "success", "training-complete"),
     ("============ Serving Benchmark Result ============\nSuccessful requests:                     1000", "success", "serving-up"),
     ("Total time: 166.88 s\nThroughput: 5.99 requests/s\nAverage latency: 67.59 s", "success", "serving-up"),
     ("(APIServer pid=1) INFO 05-06 04:33:07 [api_server.py:602] Starting vLLM server on http://0.0.0.0:8000", "success", "serving-up"),
@@ -322,6 +341,7 @@ CASES: list[tuple[str, str, str]] = [
     ("slurmstepd: error: getpwuid_r(): failed", "environment", "user-lookup-failed"),
     ("ERROR: Setting Lustre pool is not supported for the version of the Lustre API used on this system, (aiori-POSIX.c:219)", "software_bug", "app-error-at-source"),
     ("------------- Processor 0 Exiting: Called CmiAbort ------------", "software_bug", "app-error-at-source"),
+    ("Abort(1) on node 0 (rank 0 in comm 0): application called MPI_Abort(MPI_COMM_WORLD, 1) - process 0", "software_bug", "app-error-at-source"),
     ("MPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD\nwith errorcode 1.", "software_bug", "app-error-at-source"),
     ("CUDA context creates cleanly — job COMPLETED, exit 0:0", "success", "slurm-state-completed"),
     ("   JobId=4242 JobName=train JobState=COMPLETED Reason=None Dependency=(null)", "success", "slurm-state-completed"),
@@ -337,6 +357,8 @@ CASES: list[tuple[str, str, str]] = [
     ("MemoryError: cuMemAlloc failed: out of memory", "cuda_oom", "framework-gpu-oom"),
     ("/var/spool/sge/node1/job_scripts/6843341: line 13: 51804 Illegal instruction (core dumped)", "environment", "sigill"),
     ("ERROR: Lost atoms: original 361 current 355 (../thermo.cpp:491)", "numerical", "md-system-blew-up"),
+    ("  ===>>> : E R R O R\n   stp_ctl: |ssh| > 20 m  or  |U| > 10 m/s  or  S <= 0  or  S >= 100  or  NaN encounter in the tests\n kt 2 |ssh| max    Infinity at i j   3564 1967", "numerical", "ocean-model-blew-up"),
+    ("WARNING: Extreme surface sfc_state detected: i=  41 j=  97 lon= -34.500 lat=  54.500 x= -34.500 y=  54.500 D= 3.0E+03 SSH= 1.1E+01", "numerical", "ocean-model-blew-up"),
     ("Fatal error:\nToo many LINCS warnings (1009)", "numerical", "md-system-blew-up"),
     ("Failed to bind NVLink SHARP (NVLS) Multicast memory of size 2097152 : CUDA error 401 'the operation cannot be performed in the present state'.", "gpu_hardware", "nvswitch-fabric-error"),
     ("sbatch: error: Batch job submission failed: Requested time limit is invalid (missing or exceeds some limit)", "environment", "scheduler-request-rejected"),

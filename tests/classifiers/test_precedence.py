@@ -187,3 +187,74 @@ def test_hardware_memory_and_a_failed_scheduler_state_after_run_stop_still_win()
     oom = "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=7.0. Some of your processes may have been killed by the cgroup out-of-memory handler."
     assert classify_text(RUN_STOP + "\n" + oom).cause is Cause.HOST_OOM
     assert classify_text(RUN_STOP + "\n" + WATCHDOG, SchedulerFacts(state="FAILED", exit_code=1)).cause is not Cause.SUCCESS
+
+
+OVERFLOW = ("2022-10-18 04:37:45 | INFO | fairseq.trainer | NOTE: gradient overflow detected, ignoring gradient, "
+            "setting loss scale to: 64.0")
+DONE = "2022-10-18 04:41:48 | INFO | fairseq_cli.train | done training in 559.6 seconds"
+
+
+def test_fp16_overflow_skips_the_run_outlived_are_success_but_a_collapse_or_nan_never_is() -> None:
+    """Dynamic loss scaling skips a few steps in healthy runs (routine rows): a success line after
+    them means the run finished. A collapsed loss scale or a NaN loss is a finding, not routine."""
+    assert classify_text(OVERFLOW + "\n" + TRACEBACK + "RuntimeError: boom").cause is not Cause.SUCCESS
+    assert classify_text(OVERFLOW).cause is Cause.NUMERICAL  # alone, still named
+    finished = classify_text(OVERFLOW + "\n" + DONE)
+    assert (finished.cause, finished.signature) == (Cause.SUCCESS, "training-complete")
+    assert Cause.NUMERICAL in {a.cause for a in finished.alternatives}
+    # a success line that came first is not outlived: the overflows after it still decide
+    assert classify_text(DONE + "\n" + OVERFLOW).cause is Cause.NUMERICAL
+    collapsed = OVERFLOW + "\nCurrent loss scale already at minimum - cannot decrease scale anymore. Exiting run.\n" + DONE
+    assert classify_text(collapsed).cause is Cause.NUMERICAL
+    assert classify_text(OVERFLOW + "\nstep 900 | loss nan\n" + DONE).cause is Cause.NUMERICAL
+
+
+QE_ABORT = ("     Error in routine  read_namelists (1):\n"
+            "Abort(1) on node 0 (rank 0 in comm 0): application called MPI_Abort(MPI_COMM_WORLD, 1) - process 0\n"
+            "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n"
+            "slurmstepd: error: *** STEP 1693636.0 ON comput126 CANCELLED AT 2020-12-24T12:40:17 ***\n"
+            "srun: error: comput126: tasks 0-35: Killed")
+BARE_CANCEL = "slurmstepd: error: *** STEP 12769.0 ON gpu-h128 CANCELLED AT 2026-07-12T07:51:35 ***"
+
+
+def test_a_bare_step_cancel_after_a_task_s_own_failure_is_srun_ending_the_step() -> None:
+    """srun cancels the step (no reason given) once a task failed: the failure before it decides."""
+    verdict = classify_text(QE_ABORT)
+    assert (verdict.cause, verdict.signature) == (Cause.SOFTWARE_BUG, "app-error-at-source")
+    assert Cause.PREEMPTED in {a.cause for a in verdict.alternatives}
+    # a project's own exception class (py-{1}, 31) ranks below the cancel (34) on priority alone
+    py = TRACEBACK + "ShardFormatError: bad shard 17\n" + BARE_CANCEL
+    assert classify_text(py).cause is Cause.SOFTWARE_BUG
+    # alone, or before the failure, or after only a weak line, the cancel is still what we see
+    assert classify_text(BARE_CANCEL).cause is Cause.PREEMPTED
+    assert classify_text(BARE_CANCEL + "\n" + TRACEBACK + "ShardFormatError: bad shard 17").cause is Cause.PREEMPTED
+    assert classify_text(OVERFLOW + "\n" + BARE_CANCEL).cause is Cause.PREEMPTED
+    # a cancel that names its reason is not a consequence
+    timed = "slurmstepd: error: *** STEP 7.0 ON n1 CANCELLED AT 2024-01-01T00:00:00 DUE TO TIME LIMIT ***"
+    assert classify_text(TRACEBACK + "ValueError: bad shape\n" + timed).cause is Cause.TIME_LIMIT
+
+
+def test_a_late_success_line_still_counts_after_early_routine_overflows_in_a_big_log(tmp_path) -> None:
+    """The scanner's pruning must not drop the success rows once a routine hit is found."""
+    from classifiers import RULES, _engine
+    from classifiers.decide import candidates_from, decide
+    from classifiers.scan import scan_stream
+
+    body = [b"| INFO | fairseq.trainer | epoch 001: %d / 9000 loss=3.1\n" % i for i in range(30000)]
+    body[5] = OVERFLOW.encode() + b"\n"
+    body[29999] = DONE.encode() + b"\n"
+    path = tmp_path / "train.log"
+    path.write_bytes(b"".join(body))
+    for engine in ("hyperscan", "re2", "re"):
+        with open(path, "rb") as stream:
+            hits = scan_stream(stream, _engine(engine), RULES, "log", window_bytes=8192)
+        verdict = decide(candidates_from([hits], RULES, []))
+        assert (verdict.cause, verdict.signature) == (Cause.SUCCESS, "training-complete"), engine
+
+
+def test_a_routine_hit_sets_no_pruning_floor() -> None:
+    from classifiers import RULES
+    from classifiers.scan import _Pruning
+
+    routine = {n for n, rule in enumerate(RULES) if rule.routine}
+    assert routine and _Pruning(RULES).strongest(routine) == 0

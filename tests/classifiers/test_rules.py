@@ -117,3 +117,14 @@ def test_a_bare_amdgpu_init_failure_is_not_called_the_gpu() -> None:
     bare = "[    9.292134] amdgpu 0000:83:00.0: amdgpu: Fatal error during GPU init"
     assert classify_text(bare, learned=False).cause.value == "unknown"
     assert classify_text(bare + "\namdgpu 0000:83:00.0: gpu post error!").signature == "amdgpu-init-failed"
+
+
+def test_the_re2_set_has_room_for_a_site_s_rules_beyond_the_built_in_table() -> None:
+    # RE2's default 8 MiB budget was full with the built-in table: one more bounded repeat failed.
+    pytest.importorskip("re2")
+    from classifiers.engines import Re2SetEngine
+
+    extra = [Rule(signature=f"site-{n}", cause="software_bug", priority=50, hint="h",
+                  pattern=f"site{n} error[^\\n]{{0,60}}in module[^\\n]{{0,60}}failed") for n in range(20)]
+    engine = Re2SetEngine([*RULES, *extra])
+    assert engine.first_matches(b"x\nsite7 error here in module m: failed\n") != {}

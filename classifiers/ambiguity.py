@@ -61,6 +61,10 @@ AMBIGUOUS: tuple[AmbiguousRow, ...] = (
                                           "means the code"),
     AmbiguousRow(signatures=_CRASHED_KERNEL, alternative=Cause.GPU_HARDWARE, share=0.6, test=NodeTest.GPU_CHECK,
                  tells_apart="a failing GPU check (NVML / DCGM) on a job node means the GPU"),
+    AmbiguousRow(signatures=frozenset({"gpu-memory-access-fault"}), alternative=Cause.GPU_HARDWARE, share=0.5,
+                 test=NodeTest.GPU_CHECK,
+                 tells_apart="a failing GPU check on a job node means the GPU; a clean one means the code or "
+                             "the driver stack"),
     AmbiguousRow(signatures=frozenset({"cuda-error"}), alternative=Cause.GPU_HARDWARE, share=0.4, test=NodeTest.GPU_XID,
                  tells_apart=_XID_WORDS + "none means the CUDA call failed in the code"),
     AmbiguousRow(causes=frozenset({Cause.NCCL_TIMEOUT}), alternative=Cause.NETWORK_FABRIC, share=0.5,

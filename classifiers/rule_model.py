@@ -25,6 +25,7 @@ BUILT_IN = "built_in_table"
 
 # Tokens that would let a pattern run over a line end, or that Hyperscan/RE2 reject.
 _FORBIDDEN = (r"\s", r"\S", r"(?=", r"(?!", r"(?<", r"\n", "[^")
+_BACK_REFERENCE = re.compile(r"(?<!\\)\\[1-9]")
 
 
 class Rule(BaseModel):
@@ -65,6 +66,8 @@ class Rule(BaseModel):
     @field_validator("pattern")
     @classmethod
     def _portable_single_line(cls, pattern: str, info: ValidationInfo) -> str:
+        if _BACK_REFERENCE.search(pattern):
+            raise ValueError(f"pattern {pattern!r} uses a back-reference, which Hyperscan and RE2 do not support")
         for token in _FORBIDDEN:
             if token in pattern.replace(r"[^\n", ""):
                 raise ValueError(

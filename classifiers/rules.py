@@ -312,6 +312,10 @@ RULES: tuple[Rule, ...] = (
        "a gloo collective timed out: a peer rank hung or died; look at the other ranks"),
     # HCCL checks that every rank calls a collective with the same arguments (CANN EI0005): when they
     # differ the script issued mismatched collectives, a bug, not a hang of the fabric.
+    # CANN EJ0001: HCCL cannot start its HCCP process because the last training job still holds the
+    # NPUs (the error's own text and solution: kill it, wait 10 s, retry): the node's state, not a fault.
+    _r("npu-held-by-last-job", EN, 63, r"\bEJ0001\b[^\n]{0,80}HCCP process|Failed to initialize the HCCP process|(Maybe )?[Tt]he last training process is running",
+       "a previous job still holds the NPUs: kill its processes (npu-smi info), wait 10 s and rerun; an epilog that cleans up prevents it"),
     _r("hccl-collective-mismatch", SW, 62, r"\bEI0005\b|arguments for collective communication are inconsistent between ranks",
        "ranks called a collective with different arguments (count, dtype, op): " + USER),
     # HCCL's own timeouts (torch_npu troubleshooting "HCCL timeout", CANN error code EI0002: a rank
@@ -421,14 +425,16 @@ RULES: tuple[Rule, ...] = (
        "GPU allocation failed: GPU memory is exhausted"),
     # --- Storage ---------------------------------------------------------------------------------
     # Hugging Face datasets checks the cache volume itself before it writes: "Not enough disk space. Needed: ...".
-    _r("no-space-left", IO, 76, r"No space left on device|\[Errno 28\]|ENOSPC|Not enough disk space\. Needed:",
+    # glibc's strerror/strsignal speak the node's locale: ENOSPC, EIO, SIGSEGV and SIGBUS in the
+    # translations HPC sites run (zh_CN, de, fr, es, ja, ru), as a Java or shell error quotes them.
+    _r("no-space-left", IO, 76, r"No space left on device|\[Errno 28\]|ENOSPC|Not enough disk space\. Needed:|设备上没有空间|Auf dem Gerät ist kein Speicherplatz mehr|Aucun espace disponible sur le périphérique|No queda espacio en el dispositivo|デバイスに空き領域がありません|На устройстве не осталось свободного места",
        "a filesystem is full: free space or move output; check quotas"),
     # TensorFlow raises ResourceExhaustedError for a full quota too (SaveV2): the disk, not the GPU.
     _r("tf-exhausted-disk", IO, 81, r"ResourceExhaustedError: [^\n]{0,200}(disk quota exceeded|No space left on device)",
        "the checkpoint write hit the disk quota / a full disk (TensorFlow says ResourceExhausted): free space or save fewer checkpoints"),
     _r("disk-quota", IO, 76, r"Disk quota exceeded|\[Errno 122\]|EDQUOT|quota exceeded|Quota violation|Block limit reached on",
        "disk quota exceeded: ask the user to clean up or raise the quota"),
-    _r("io-error", IO, 75, r"Input/output error|\[Errno 5\]|I/O error",
+    _r("io-error", IO, 75, r"Input/output error|\[Errno 5\]|I/O error|输入/输出错误|Eingabe-/Ausgabefehler|Erreur d'entrée/sortie",
        "I/O error on a filesystem or disk: check the storage and the node's dmesg"),
     _r("stale-file-handle", IO, 75, r"Stale (NFS )?file handle|\[Errno 116\]|ESTALE",
        "stale NFS handle: the file server remounted/failed; check the mount on the node"),
@@ -495,6 +501,12 @@ RULES: tuple[Rule, ...] = (
        "binary built for another GPU architecture: rebuild or use a matching wheel"),
     _r("cuda-version-mismatch", EN, 71, r"detected CUDA version[^\n]{0,40}mismatches|Installed CUDA version [0-9.]+ does not match the version torch was compiled with|CUDA version [0-9.]+ does not match[^\n]{0,40}(torch|PyTorch)|compiled with different CUDA versions|CUDA_HOME (environment variable )?(is not set|does not exist)",
        "CUDA toolkit versions disagree: align the toolkit with the framework build"),
+    # A build toolchain older than the code needs or broken: GCC's own C++11 guard
+    # (<bits/c++0x_warning.h>), a project's CMake check of the compiler's C++ standard, CMake's
+    # cmake_minimum_required, a compiler that does not know the -std= flag, a CMake that cannot find
+    # its own modules. The job's software stack, not its code.
+    _r("build-toolchain", EN, 70, r"Could not find CMAKE_ROOT|requires compiler and library support for the (upcoming )?ISO C\+\+ 20[0-9]{2} standard|[Cc]ompiler does (NOT|not) (fully )?support C\+\+ ?[0-9]{2}|CMake [0-9.]+ or higher is required\. +You are running version|unrecognized command[- ]line option .-std=(c|gnu)\+\+[0-9a-z]+",
+       "the compiler or CMake is older than this code needs, or broken: load a newer toolchain module (or set CXX), reinstall CMake cleanly, and rebuild"),
     _r("too-many-open-files", EN, 66, r"Too many open files|\[Errno 24\]",
        "the open-files limit is too low for this job: raise ulimit -n or use fewer DataLoader workers"),
     # A package the job's set-up installs is not in its repositories (dnf/yum, apt, pip, conda):
@@ -583,7 +595,9 @@ RULES: tuple[Rule, ...] = (
     _r("condor-evicted", PR, 54, r"\bJob was evicted\b|Job reconnection failed|Can not reconnect to slot[^\n]{0,160}rescheduling job",
        "HTCondor evicted the job from its slot (reclaimed or lost): it is rescheduled; checkpoint to lose less"),
     # Kubernetes' own reason for a pod evicted for a higher-priority one: PreemptionByScheduler.
-    _r("scheduler-preempted", PR, 55, r"TERM_PREEMPT|PreemptionError|PreemptionByScheduler|preempting to accommodate a higher priority pod|Preempted by [^\n ]+ on node|Reason: +Preempting|(nodes?|instances?|VMs?)( of this job)? (got|were|was|have been|has been) pre-empted|received pre-emption (warning|notice|signal)|(pod|pods|workload|trial|replica)s? (was|were|has been|is being) preempted",
+    # OpenPBS's scheduler logs its choice (`Simulation: preempting job`) and the method (`Job preempted
+    # by suspension` / `requeuing`), which tracejob shows.
+    _r("scheduler-preempted", PR, 55, r"TERM_PREEMPT|Job preempted by (suspension|checkpointing|requeuing|deletion)|Simulation: preempting job|PreemptionError|PreemptionByScheduler|preempting to accommodate a higher priority pod|Preempted by [^\n ]+ on node|Reason: +Preempting|(nodes?|instances?|VMs?)( of this job)? (got|were|was|have been|has been) pre-empted|received pre-emption (warning|notice|signal)|(pod|pods|workload|trial|replica)s? (was|were|has been|is being) preempted",
        "the scheduler preempted the job for higher-priority work: requeue it (it did nothing wrong)"),
     _r("launcher-reports-preemption", PR, 50,
        r"this job (is|was|has been) preempted|\b(job|session|task|run)( [0-9._]+| or session)? (was|has been) (manually |automatically )?preempted|received (a )?preemption (notice|signal)",
@@ -618,7 +632,7 @@ RULES: tuple[Rule, ...] = (
     _r("submitit-timed-out", TL, 57, r"Job has timed out\. Ran [0-9]+ minutes",
        "the job used its whole time limit: " + MORE_TIME),
     # seff's summary says `State: TIMEOUT (exit code 0)`.
-    _r("slurm-state-timeout", TL, 56, r"JobState=TIMEOUT\b|State=TIMEOUT\b| TIMEOUT +[0-9]+:[0-9]+|\bjobstate=TIMEOUT\b|\bState: TIMEOUT \(exit code",
+    _r("slurm-state-timeout", TL, 56, r"JobState=TIMEOUT\b|State=TIMEOUT\b| TIMEOUT +[0-9]+:[0-9]+|\bjobstate=TIMEOUT\b|\bState: TIMEOUT \(exit code|SLURM status is: 'TIMEOUT'",
        "Slurm ended the job at its time limit: " + MORE_TIME, caseless=False),
     _r("walltime-exceeded", TL, 56, r"walltime [0-9:]+ exceeded limit|TERM_RUNLIMIT|qmaster enforced h_rt|exceeded (its |the )?(job |maximum )?(time|wall ?clock|wall ?time|run ?time|running time|run) limit|(wall ?clock|wall ?time|run ?time|time) limit (exceeded|reached)|due to (the )?(wall ?clock|wall ?time|time) limit|DeadlineExceeded|activeDeadlineSeconds|exceeded (hard|soft) wallclock|resource allocation expired",
        "the job hit its time limit: " + MORE_TIME),
@@ -646,6 +660,10 @@ RULES: tuple[Rule, ...] = (
     _r("cuda-illegal-memory-access", SW, 44, r"illegal memory access was encountered|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress|misaligned address|illegal instruction was encountered",
        "illegal GPU memory access (bug in a kernel or extension; hardware if it recurs on one node)",
        confidence=0.7),
+    # ROCm's report of a GPU page fault (HSA runtime: `Memory access fault by GPU node-N on address
+    # ...`): CUDA's illegal address on AMD, a kernel's bad pointer or the driver stack under it.
+    _r("gpu-memory-access-fault", SW, 44, r"Memory access fault by GPU node-[0-9]+",
+       "the GPU faulted on an address its kernel may not touch: a pointer bug (a host pointer passed to the device) or the ROCm driver stack; a failing GPU check on the node means the card", confidence=0.7),
     _r("py-{1}", SW, 45,
        r"\b(ZeroDivisionError|KeyError|IndexError|TypeError|ValueError|AttributeError|NameError|AssertionError|NotImplementedError|UnboundLocalError|RecursionError|FileNotFoundError|PermissionError|IsADirectoryError|JSONDecodeError|UnicodeDecodeError|SyntaxError|IndentationError|StopIteration|OverflowError|LookupError)\b(: |:$|$)",
        USER, caseless=False),
@@ -698,13 +716,13 @@ RULES: tuple[Rule, ...] = (
     # --- Crash signals (no clearer cause) --------------------------------------------------------
     # Exit status 128+N is a shell's (and LSF's, `Exited with exit code 139.`) report of death by
     # signal N (bash(1), EXIT STATUS): 134 SIGABRT, 135 SIGBUS, 139 SIGSEGV.
-    _r("sigsegv", CS, 42, r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 |WTERMSIG 11\b|exitcode *: *-11\b|return ?code *[=:]? *-11\b|segfault|exit(ed with exit)? (code|status) 139\b",
+    _r("sigsegv", CS, 42, r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 |WTERMSIG 11\b|exitcode *: *-11\b|return ?code *[=:]? *-11\b|segfault|exit(ed with exit)? (code|status) 139\b|段错误|Speicherzugriffsfehler|Erreur de segmentation|Violación de segmento|セグメンテーション違反|Ошибка сегментирования",
        "the process segfaulted: collect the core dump/faulthandler trace; suspect native extensions"),
     _r("sigabrt", CS, 40, r"SIGABRT|Abort trap\b|WTERMSIG 6\b|signal 6 \(Aborted\)|died from signal 6\b|Fatal Python error: Aborted|Aborted \(core dumped\)|exitcode *: *-6\b|return ?code *[=:]? *-6\b|exit(ed with exit)? (code|status) 134\b",
        "the process aborted: look for the assert/terminate message before it"),
     _r("heap-corruption", CS, 42, r"double free or corruption|free\(\): invalid|malloc\(\): |corrupted size vs\. prev_size|stack smashing detected",
        "native heap corruption: suspect a C/C++ extension; get a core dump"),
-    _r("sigbus", CS, 40, r"Bus error|SIGBUS|exitcode *: *-7\b|return ?code *[=:]? *-7\b|exit(ed with exit)? (code|status) 135\b", "bus error: often /dev/shm too small or a truncated mmap'd file"),
+    _r("sigbus", CS, 40, r"Bus error|SIGBUS|exitcode *: *-7\b|return ?code *[=:]? *-7\b|exit(ed with exit)? (code|status) 135\b|总线错误|Bus-Zugriffsfehler", "bus error: often /dev/shm too small or a truncated mmap'd file"),
     # SIGILL is the CPU refusing an instruction: a binary built for a newer CPU (AVX2, AVX-512) than
     # the node's, i.e. the job's environment, not a crash of unknown cause. Crash-signal priority,
     # so any named cause printed with it still wins.
@@ -721,7 +739,7 @@ RULES: tuple[Rule, ...] = (
        "a worker process died: read the first failing rank's log", confidence=0.5),
     # --- Success ---------------------------------------------------------------------------------
     # Also a test program's own pass verdict: CUDA samples (`Result = PASS`), TensorRT's `&&&& PASSED`.
-    _r("training-complete", OK, 5, r"'train_runtime': [0-9]|Successful completion of (geogrid|ungrib|metgrid|real|wrf)|SUCCESS COMPLETE (WRF|REAL_EM)|(program|training|job|run|script|process|simulation) (ended|finished|completed|exited) successfully|training (job )?(is )?(complete|completed|finished|done)\b|finished training|Saving final model|all done\b|(job|run) completed successfully|Engine run complete|End of (run|simulation)\b|EXIT_CODE=0\b|exited with (exit )?code 0\b|\*\*\*\*\* train metrics \*\*\*\*\*|Training finished|wandb: Synced [0-9]+ W&B file|`?Trainer\.fit`? stopped: `?max_(epochs|steps)=[0-9]+`? reached|^Result = PASS\b|&&&& PASSED\b|done training in [0-9.]+ seconds",
+    _r("training-complete", OK, 5, r"'train_runtime': [0-9]|Successful completion of (geogrid|ungrib|metgrid|real|wrf)|SUCCESS COMPLETE (WRF|REAL_EM)|(program|training|job|run|script|process|simulation) (ended|finished|completed|exited) successfully|training (job )?(is )?(complete|completed|finished|done)\b|finished training|Saving final model|all done\b|(job|run) completed successfully|Engine run complete|End of (run|simulation)\b|EXIT_CODE=0\b|exited with (exit )?code 0\b|\*\*\*\*\* train metrics \*\*\*\*\*|Training finished|wandb: Synced [0-9]+ W&B file|`?Trainer\.fit`? stopped: `?max_(epochs|steps)=[0-9]+`? reached|^Result = PASS\b|&&&& PASSED\b|done training in [0-9.]+ seconds|Pipeline completed successfully\b| of [0-9]+ steps \(100%\) done|workflow finished with status 'Succeeded'",
        "the job finished normally", confidence=0.7),
     # MLPerf's logger (mlperf_logging, MLLOG lines): `run_stop` with status success is the benchmark's
     # own verdict that the run reached its target, and a rank's closing `"key": "status", "value":

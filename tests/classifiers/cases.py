@@ -305,6 +305,23 @@ CASES: list[tuple[str, str, str]] = [
     ("F0524 09:04:15.975416  9945 common.cpp:152] Check failed: error == cudaSuccess (35 vs. 0)  CUDA driver version is insufficient for CUDA runtime version", "environment", "driver-too-old"),
     # 128 + N: the shell's and LSF's report of death by signal N
     ("Exited with exit code 139.\n\nResource usage summary:", "crash_signal", "sigsegv"),
+    # glibc's messages in the node's locale
+    ("段错误 (核心已转储)", "crash_signal", "sigsegv"),
+    ("./a.out: Speicherzugriffsfehler (Speicherabzug geschrieben)", "crash_signal", "sigsegv"),
+    ("总线错误 (核心已转储)", "crash_signal", "sigbus"),
+    ("java.io.IOException: 设备上没有空间\n        at java.base/java.io.FileOutputStream.writeBytes(Native Method)", "storage_io", "no-space-left"),
+    ("dd: Fehler beim Schreiben von '/dev/sdb1': Auf dem Gerät ist kein Speicherplatz mehr verfügbar", "storage_io", "no-space-left"),
+    ("./train.sh: строка 12: 4711 Ошибка сегментирования (стек памяти сброшен на диск) python train.py", "crash_signal", "sigsegv"),
+    ("cp: 写入'/scratch/ckpt.pt' 出错: 输入/输出错误", "storage_io", "io-error"),
+    # ROCm's GPU page fault
+    ("Memory access fault by GPU node-1 (Agent handle: 0x55d0) on address 0x7f3c. Reason: Page not present or supervisor privilege.\nAborted (core dumped)", "software_bug", "gpu-memory-access-fault"),
+    # Ascend: the last job still holds the NPUs
+    ("RuntimeError: Ascend error occurred, error message: EJ0001: Failed to initialize the HCCP process. Reason: The last training process is running.", "environment", "npu-held-by-last-job"),
+    # a toolchain older than the code, or broken
+    ("/usr/include/c++/4.8/bits/c++0x_warning.h:32:2: error: #error This file requires compiler and library support for the ISO C++ 2011 standard. This support is currently experimental, and must be enabled with the -std=c++11 or -std=gnu++11 compiler options.", "environment", "build-toolchain"),
+    ("CMake Error at CMakeLists.txt:217 (message):\n  Your C++ compiler does NOT fully support C++11.", "environment", "build-toolchain"),
+    ("CMake Error at CMakeLists.txt:1 (cmake_minimum_required):\n  CMake 3.18 or higher is required.  You are running version 3.10.2", "environment", "build-toolchain"),
+    ("CMake Error: Could not find CMAKE_ROOT !!!\nCMake has most likely not been installed correctly.\n段错误 (核心已转储)", "environment", "build-toolchain"),
     ("Process exited with exit code 134", "crash_signal", "sigabrt"),
     ("srun: error: node17: task 0: Exited with exit code 135", "crash_signal", "sigbus"),
     # Crash signals
@@ -327,6 +344,8 @@ CASES: list[tuple[str, str, str]] = [
     ("2021-04-01 13:27:49 Completed - Training job completed", "success", "training-complete"),
     ("wandb: Synced 5 W&B file(s), 0 media file(s), 2 artifact file(s) and 0 other file(s)", "success", "training-complete"),
     ("2022-10-18 04:41:48 | INFO | fairseq_cli.train | done training in 559.6 seconds", "success", "training-complete"),
+    ("-[nf-core/mag] Pipeline completed successfully, but with errored process(es) -", "success", "training-complete"),
+    ("Finished job 0.\n5 of 5 steps (100%) done", "success", "training-complete"),
     ("============ Serving Benchmark Result ============\nSuccessful requests:                     1000", "success", "serving-up"),
     ("Total time: 166.88 s\nThroughput: 5.99 requests/s\nAverage latency: 67.59 s", "success", "serving-up"),
     ("(APIServer pid=1) INFO 05-06 04:33:07 [api_server.py:602] Starting vLLM server on http://0.0.0.0:8000", "success", "serving-up"),
@@ -433,6 +452,9 @@ CASES: list[tuple[str, str, str]] = [
     ("OSError: Not enough disk space. Needed: 1.21 GiB (download: 420.00 MiB, generated: 800.00 MiB, post-processed: Unknown size)", "storage_io", "no-space-left"),
     ("srun: error: nid001: task 3: Aborted (core dumped)\nsrun: launch/slurm: _step_signal: Terminating StepId=1234.0\nslurmstepd: error: *** STEP 1234.0 ON nid001 CANCELLED AT 2025-01-01T00:00:00 ***", "crash_signal", "sigabrt"),
     ("slurmstepd: error: *** STEP 1234.0 ON nid001 CANCELLED AT 2025-01-01T00:00:00 ***", "preempted", "slurm-step-cancelled"),
+    ("11/06/2019 14:54:53  S    Job Rerun at request of Scheduler@pbs02\n11/06/2019 14:54:53  L    Simulation: preempting job", "preempted", "scheduler-preempted"),
+    ("02/01/2024 10:00:01;0080;pbs_sched;Job;4412.pbs01;Job preempted by requeuing", "preempted", "scheduler-preempted"),
+    ("    message: SLURM-job '2254' failed, SLURM status is: 'TIMEOUT'. For further error details see the cluster/cloud log", "time_limit", "slurm-state-timeout"),
     ("slurmstepd: error: *** JOB 1234 ON nid001 CANCELLED AT 2025-01-01T00:00:00 ***\nslurmstepd: error: *** STEP 1234.0 ON nid001 CANCELLED AT 2025-01-01T00:00:00 ***", "preempted", "slurm-cancelled"),
     ("[ERROR] HCCL(1234,python):2025-01-01-00:00:00 EI0002: The wait execution of the Notify register times out. Reason: the remote rank did not respond", "nccl_timeout", "hccl-timeout"),
     ("RuntimeError: HCCL function error: hcclAllReduce, error code is 7 ... HCCL timeout after 1800 s", "nccl_timeout", "hccl-timeout"),

@@ -91,8 +91,8 @@ def _rounds(tmp_path, keep) -> Path:
 
 
 def test_second_corpus_of_real_excerpts_from_other_threads(tmp_path) -> None:
-    """1,402 excerpts from threads and documents outside the dev set (see harvest-README.md), rounds A-AL."""
-    assert evaluate_corpus(HARVEST).total == 1402
+    """1,443 excerpts from threads and documents outside the dev set (see harvest-README.md), rounds A-AM."""
+    assert evaluate_corpus(HARVEST).total == 1443
     # Rounds A-H (308 rows): floors just under today's figures (accuracy 0.860; 0.984 unambiguous).
     report = evaluate_corpus(_rounds(tmp_path, lambda r: r not in {row[0] for row in ROUND_FLOORS}))
     assert report.total == 308
@@ -326,6 +326,14 @@ ROUND_FLOORS: list[tuple[str, int, float, float]] = [
     # own failure, Gaudi's device allocator, pinned host memory, LSF's 128+N exit codes, NEMO's
     # stability check, glog's fatal CHECK): 0.800 (1.000), macro-F1 0.865. Floors at today's figures.
     ("AL", 40, 0.800 - 1e-3, 1.000 - 1e-3),
+    # Round AM (41 rows, 21 ambiguous; 2026-12-07; non-English notes (Chinese, Portuguese), non-NVIDIA
+    # accelerators' threads (ROCm, Intel XPU, Ascend), Kubernetes and cloud training threads,
+    # workflow managers' threads): scored on a frozen copy of commit 8ef006d before anything was
+    # changed for it: 0.585 (0.650 unambiguous), macro-F1 0.754; rules alone 0.512 (0.550). After its
+    # families (glibc's messages in the node's locale, Ascend's EJ0001, ROCm's GPU page fault, a
+    # toolchain too old or broken, workflow managers' completion lines, OpenPBS's preemption, the
+    # Snakemake plugin's Slurm TIMEOUT): 0.780 (0.950), macro-F1 0.855. Floors at today's figures.
+    ("AM", 41, 0.780 - 1e-3, 0.950 - 1e-3),
 ]
 
 

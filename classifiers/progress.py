@@ -8,7 +8,9 @@ What it detects (each yields a `numerical` finding):
 - `loss-nonfinite`: the loss series ends in NaN/Inf (the last loss printed is non-finite) — a loss
   that printed nan once and recovered is an fp16 skipped step, not a failure;
 - `loss-diverged`: after warm-up (the first 20% of the series) the loss rises by a large factor over
-  its running median and stays up to the end of the series (e.g. 6 -> 11 -> 14);
+  its running median and stays up to the end of the series (e.g. 6 -> 11 -> 14); a series too
+  short for that (three or four values) counts when its last loss is a thousand times the median
+  of the ones before it and at least 100 (0.36 -> 22.9 -> 3.1e9);
 - `loss-scale-collapsed`: the fp16 dynamic loss scale was driven down to its minimum (<= 1) and
   steps still overflow there ("Attempted loss scale: 1, reducing to 1");
 - `overflow-run`: a long run of skipped overflow steps that ends with the scale already small
@@ -75,6 +77,10 @@ WARMUP_FRACTION = 0.2
 MIN_SERIES = 5  # fewer loss values than this say nothing about a trend
 DIVERGENCE_FACTOR = 1.8  # loss over its running median by this factor ...
 DIVERGENCE_ABS = 0.5  # ... and by at least this much in absolute terms
+# Too short a series for a trend can still show a blow-up: a last loss a thousand times the ones
+# before it and in the hundreds or more (0.36 -> 22.9 -> 3.1e9) is no healthy run's.
+EXPLOSION_FACTOR = 1000.0
+EXPLOSION_ABS = 100.0
 OVERFLOW_RUN = 6
 SMALL_SCALE = 64.0
 
@@ -239,8 +245,10 @@ def _nonfinite(losses: Sequence[_Point]) -> Finding | None:
 def _diverged(losses: Sequence[_Point]) -> Finding | None:
     values = [p for p in losses if math.isfinite(p.value)]
     # The series may end in nan: divergence before it is judged on the finite part.
-    if len(values) < MIN_SERIES or any(p.value < 0 for p in values):
+    if any(p.value < 0 for p in values):
         return None
+    if len(values) < MIN_SERIES:
+        return _exploded(values)
     warm = max(2, int(len(values) * WARMUP_FRACTION))
     for i in range(warm, len(values)):
         # The baseline is the loss after warm-up: the first, high losses of a run that was still
@@ -263,6 +271,18 @@ def _diverged(losses: Sequence[_Point]) -> Finding | None:
                         (values[-1].key, _text(values[-1].text)))
             return Finding("loss-diverged", _P_DIVERGED, 0.8, HINTS["loss-diverged"], evidence)
     return None
+
+
+def _exploded(values: Sequence[_Point]) -> Finding | None:
+    """A short series whose last loss blew up by orders of magnitude (see EXPLOSION_FACTOR)."""
+    if len(values) < 3:
+        return None
+    base = median(p.value for p in values[:-1])
+    last = values[-1]
+    if base <= 0 or last.value < base * EXPLOSION_FACTOR or last.value < EXPLOSION_ABS:
+        return None
+    evidence = ((last.key, _text(last.text)), (values[-2].key, _text(values[-2].text)))
+    return Finding("loss-diverged", _P_DIVERGED, 0.8, HINTS["loss-diverged"], evidence)
 
 
 def _collapse(events: Sequence[tuple[Hashable, float, float, bytes]],

@@ -415,7 +415,7 @@ RULES: tuple[Rule, ...] = (
     # runtime's allocation failure with its total/free table; Ascend's CANN runtime: rtMalloc failing
     # with "driver error:out of memory", halMemAlloc with drvRetCode 6; HPC codes' own words: AMReX's
     # `CUDA error 2 ... out of memory`, Neko's `Memory allocation on device failed`).
-    _r("framework-gpu-oom", CO, 81, r"(cudaMalloc|cuMemAlloc)( retry)? failed[^\n]{0,40}out of memory|CUDA error 2\b[^\n]{0,200}out of memory|(memory )?allocation on (the )?(device|GPU) failed|(device|GPU) memory allocation failed|failed to allocate (device|GPU) memory|Out of memory error on GPU|CUDA failure 2: out of memory|cudaSuccess \(2 vs\. 0\) +out of memory|out of memory on (GPU|device) [0-9]|Out of memory allocating [0-9]+ bytes of device memory|total/free CUDA memory: [0-9]+/[0-9]+|rtMalloc execute failed, reason=\[driver error:out of memory\]|halMemAlloc failed[^\n]{0,120}drvRetCode=6\b|MODULE:(SYNHELPER|PT_DEVMEM)[^\n]{0,40}Allocation (of size ::[0-9]+ )?failed",
+    _r("framework-gpu-oom", CO, 81, r"(cudaMalloc|cuMemAlloc)( retry)? failed[^\n]{0,40}out of memory|cudaMalloc\([^\n]{0,80}\) failed with error out of memor|GPUassert: out of memory|CUDA error 2\b[^\n]{0,200}out of memory|(memory )?allocation on (the )?(device|GPU) failed|(device|GPU) memory allocation failed|failed to allocate (device|GPU) memory|Out of memory error on GPU|CUDA failure 2: out of memory|cudaSuccess \(2 vs\. 0\) +out of memory|out of memory on (GPU|device) [0-9]|Out of memory allocating [0-9]+ bytes of device memory|total/free CUDA memory: [0-9]+/[0-9]+|rtMalloc execute failed, reason=\[driver error:out of memory\]|halMemAlloc failed[^\n]{0,120}drvRetCode=6\b|MODULE:(SYNHELPER|PT_DEVMEM)[^\n]{0,40}Allocation (of size ::[0-9]+ )?failed",
        "GPU memory exhausted: smaller batch or model"),
     _r("kv-cache-no-memory", CO, 79, r"No available memory for the cache blocks|# GPU blocks: 0\b|larger than the maximum number of tokens that can be stored in KV cache",
        "no GPU memory left for the KV cache: lower max_model_len or raise gpu_memory_utilization / use more GPUs"),
@@ -492,7 +492,7 @@ RULES: tuple[Rule, ...] = (
     # nvidia-smi's `No devices were found` (and an application's `no GPU was detected`): the job's
     # cgroup or container holds no GPU (none requested, no GPU runtime) or the build has no kernels
     # for it; a GPU that died says so in the kernel log (Xid 79), which wins.
-    _r("no-cuda-device", EN, 72, r"no CUDA-capable device|No CUDA GPUs are available|\bNo devices were found\b|\bno (compatible )?GPUs? (is|are|was|were) detected\b|Found no NVIDIA driver|CUDA_ERROR_NO_DEVICE|NVIDIA-SMI has failed|Torch not compiled with CUDA|CUDA driver initialization failed|cuInit: CUDA_ERROR|CUDA unknown error - this may be due to an incorrectly set up environment|please check if device id is valid",
+    _r("no-cuda-device", EN, 72, r"no CUDA-capable device|No CUDA GPUs are available|\bNo devices were found\b|\bno (compatible )?GPUs? (is|are|was|were) detected\b|Found no NVIDIA driver|CUDA_ERROR_NO_DEVICE|NVIDIA-SMI has failed|Torch not compiled with CUDA|CUDA driver initialization failed|cuInit: CUDA_ERROR|CUDA unknown error - this may be due to an incorrectly set up environment|please check if device id is valid|No visible GPU devices",
        "no usable GPU/driver in the job: check CUDA_VISIBLE_DEVICES, gres request and the driver"),
     # A binary or a compiler that does not know the GPU: nvcc older than the card (`Value 'sm_61' is
     # not defined for option 'gpu-architecture'`), NCCL built without its architecture (`Cuda failure
@@ -507,6 +507,10 @@ RULES: tuple[Rule, ...] = (
     # its own modules. The job's software stack, not its code.
     _r("build-toolchain", EN, 70, r"Could not find CMAKE_ROOT|requires compiler and library support for the (upcoming )?ISO C\+\+ 20[0-9]{2} standard|[Cc]ompiler does (NOT|not) (fully )?support C\+\+ ?[0-9]{2}|CMake [0-9.]+ or higher is required\. +You are running version|unrecognized command[- ]line option .-std=(c|gnu)\+\+[0-9a-z]+",
        "the compiler or CMake is older than this code needs, or broken: load a newer toolchain module (or set CXX), reinstall CMake cleanly, and rebuild"),
+    # cuRAND's CURAND_STATUS_INITIALIZATION_FAILED (203, "initialization of CUDA failed", cuRAND
+    # API reference): the CUDA runtime could not start under this driver.
+    _r("curand-init-failed", EN, 60, r"Curand error 203\b|CURAND_STATUS_INITIALIZATION_FAILED",
+       "cuRAND could not initialise CUDA: the driver is older than the CUDA runtime the job uses, or the GPU is not usable; check nvidia-smi and the toolkit/driver pairing"),
     _r("too-many-open-files", EN, 66, r"Too many open files|\[Errno 24\]",
        "the open-files limit is too low for this job: raise ulimit -n or use fewer DataLoader workers"),
     # A package the job's set-up installs is not in its repositories (dnf/yum, apt, pip, conda):
@@ -701,7 +705,7 @@ RULES: tuple[Rule, ...] = (
     # A program's own error report with its source location (IOR `(aiori-POSIX.c:219)`) or its own
     # abort routine (Charm++ CmiAbort, MPI_Abort called by the application): a check in the code
     # failed; weaker than any named cause it may print first.
-    _r("app-error-at-source", SW, 28, r"^[ \t>]*(ERROR|FATAL|Error)[: ][^\n]{0,300}\([A-Za-z0-9_./-]+\.(c|cc|cpp|cxx|cu|f|f90|F90):[0-9]+\)|Called CmiAbort|MPI_ABORT was invoked|calling MPI_Abort|application called MPI_Abort\(|\bPMPI_Abort\b",
+    _r("app-error-at-source", SW, 28, r"^[ \t>]*(ERROR|FATAL|Error)[: ][^\n]{0,300}\([A-Za-z0-9_./-]+\.(c|cc|cpp|cxx|cu|f|f90|F90):[0-9]+\)|Called CmiAbort|MPI_ABORT was invoked|calling MPI_Abort|application called MPI_Abort\(|\bPMPI_Abort\b|\] Error: Aborted from ",
        "the program stopped on its own error check: read its message (a bug, or an option the build does not support)",
        confidence=0.5, caseless=False),
     # std::terminate calls abort(): an uncaught C++ exception is what the SIGABRT after it reports,

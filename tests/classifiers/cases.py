@@ -146,6 +146,9 @@ CASES: list[tuple[str, str, str]] = [
     # Habana Gaudi's device allocator (synapse helper / PT device memory)
     ("RuntimeError: FATAL ERROR :: MODULE:SYNHELPER workspace Allocation of size ::14493510400 failed!", "cuda_oom", "framework-gpu-oom"),
     ("RuntimeError: [Rank:0] FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for size::56836702208 (54203.7)MB", "cuda_oom", "framework-gpu-oom"),
+    # Marian's GPU assert; tiny-cuda-nn's allocator (instant-ngp)
+    ("terminate called after throwing an instance of 'util::Exception'\nGPUassert: out of memory marian-dev/src/tensors/device_gpu.cu 32\nAborted (core dumped)", "cuda_oom", "framework-gpu-oom"),
+    ("21:39:09 ERROR    Uncaught exception: Could not allocate memory: tiny-cuda-nn/gpu_memory.h:109 cudaMalloc(&rawptr, n_bytes+DEBUG_GUARD_SIZE*2) failed with error out of memory", "cuda_oom", "framework-gpu-oom"),
     # pinned host memory: host RAM, though the CUDA error says out of memory
     ("E external/org_tensorflow/tensorflow/stream_executor/cuda/cuda_driver.cc:794] failed to alloc 67108864 bytes on host: CUDA_ERROR_OUT_OF_MEMORY: out of memory\nW device_host_allocator.h:46] could not allocate pinned host memory of size: 67108864", "host_oom", "host-pinned-memory-exhausted"),
     ("W bfc_allocator.cc:457] Allocator (xla_gpu_host_bfc) ran out of memory trying to allocate 48.00MiB (rounded to 50331648)requested by op", "host_oom", "host-pinned-memory-exhausted"),
@@ -315,6 +318,8 @@ CASES: list[tuple[str, str, str]] = [
     ("cp: 写入'/scratch/ckpt.pt' 出错: 输入/输出错误", "storage_io", "io-error"),
     # ROCm's GPU page fault
     ("Memory access fault by GPU node-1 (Agent handle: 0x55d0) on address 0x7f3c. Reason: Page not present or supervisor privilege.\nAborted (core dumped)", "software_bug", "gpu-memory-access-fault"),
+    ("RuntimeError: Unable to initialize backend 'cuda': FAILED_PRECONDITION: No visible GPU devices. (you may need to uninstall the failing plugin package, or set JAX_PLATFORMS=cpu to skip this backend.)", "environment", "no-cuda-device"),
+    ("[2018-11-03 19:40:29] Curand error 203 - marian-dev/src/tensors/rand.cpp:80: curandCreateGenerator(&generator_, CURAND_RNG_PSEUDO_DEFAULT)", "environment", "curand-init-failed"),
     # Ascend: the last job still holds the NPUs
     ("RuntimeError: Ascend error occurred, error message: EJ0001: Failed to initialize the HCCP process. Reason: The last training process is running.", "environment", "npu-held-by-last-job"),
     # a toolchain older than the code, or broken
@@ -361,6 +366,7 @@ CASES: list[tuple[str, str, str]] = [
     ("ERROR: Setting Lustre pool is not supported for the version of the Lustre API used on this system, (aiori-POSIX.c:219)", "software_bug", "app-error-at-source"),
     ("------------- Processor 0 Exiting: Called CmiAbort ------------", "software_bug", "app-error-at-source"),
     ("Abort(1) on node 0 (rank 0 in comm 0): application called MPI_Abort(MPI_COMM_WORLD, 1) - process 0", "software_bug", "app-error-at-source"),
+    ("[2020-07-15 14:31:08] Error: Labels not matching logits shape (2560000000 != -1734967296)??\n[2020-07-15 14:31:08] Error: Aborted from marian::Expr marian::Logits::applyLossFunction(const Words&)", "software_bug", "app-error-at-source"),
     ("MPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD\nwith errorcode 1.", "software_bug", "app-error-at-source"),
     ("CUDA context creates cleanly — job COMPLETED, exit 0:0", "success", "slurm-state-completed"),
     ("   JobId=4242 JobName=train JobState=COMPLETED Reason=None Dependency=(null)", "success", "slurm-state-completed"),

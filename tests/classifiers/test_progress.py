@@ -223,3 +223,19 @@ def test_overflow_down_to_a_small_scale_is_not_routine() -> None:
     log = "\n".join(f"[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: {s}, reducing to {s // 2}"
                     for s in (256, 128, 64, 32))
     assert "overflow-routine" not in _sigs(log)
+
+
+MMDET = ("2019-09-20 14:49:53,519 - INFO - Epoch [{e}][50/90]\tlr: 0.01517, eta: 0:02:14, time: 0.280, "
+         "data_time: 0.008, memory: 4181, loss_cls: 0.0578, acc: 98.9102, loss: {x}")
+
+
+def test_a_short_series_that_blows_up_by_orders_of_magnitude_is_numerical_never_success() -> None:
+    """Three epochs are too few for a trend, but 0.36 -> 22.9 -> 3.1e9 is no healthy run's."""
+    exploded = "\n".join(MMDET.format(e=e, x=x) for e, x in ((4, 0.3555), (5, 22.8777), (6, 3071627025.1418)))
+    assert _sigs(exploded) == ["loss-diverged"]
+    assert classify_text(exploded).cause is Cause.NUMERICAL
+    # the same shape below the bounds is not a finding: a 100x rise, or a loss that ends small
+    assert _sigs("\n".join(MMDET.format(e=e, x=x) for e, x in ((4, 0.35), (5, 2.2), (6, 35.0)))) == []
+    assert _sigs("\n".join(MMDET.format(e=e, x=x) for e, x in ((4, 0.00001), (5, 0.00002), (6, 0.05)))) == []
+    # a summed loss that starts huge and falls is a run learning
+    assert _sigs("\n".join(MMDET.format(e=e, x=x) for e, x in ((4, 3.1e9), (5, 2.2e6), (6, 1.5e4)))) == []

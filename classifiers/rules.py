@@ -726,7 +726,13 @@ RULES: tuple[Rule, ...] = (
        "the process aborted: look for the assert/terminate message before it"),
     _r("heap-corruption", CS, 42, r"double free or corruption|free\(\): invalid|malloc\(\): |corrupted size vs\. prev_size|stack smashing detected",
        "native heap corruption: suspect a C/C++ extension; get a core dump"),
-    _r("sigbus", CS, 40, r"Bus error|SIGBUS|exitcode *: *-7\b|return ?code *[=:]? *-7\b|exit(ed with exit)? (code|status) 135\b|总线错误|Bus-Zugriffsfehler", "bus error: often /dev/shm too small or a truncated mmap'd file"),
+    # SIGBUS on Linux x86-64 is a page of a mapping that cannot be backed (mmap(2), signal(7)): a
+    # tmpfs such as /dev/shm that is full (Docker's 64 MB default, a pod's shm limit), a hugepage
+    # pool run dry, a mapped file truncated under it. For a training or MPI job that is the shared
+    # memory its workers and transports map, so host memory, not an unexplained crash; a named
+    # cause printed with it still wins (crash-signal priority).
+    _r("sigbus", HO, 40, r"Bus error|SIGBUS|exitcode *: *-7\b|return ?code *[=:]? *-7\b|exit(ed with exit)? (code|status) 135\b|总线错误|Bus-Zugriffsfehler", "bus error: a shared-memory page could not be backed, most often /dev/shm full (give the container "
+       "--shm-size or --ipc=host, the pod a larger memory-backed /dev/shm); else a truncated mmap'd file"),
     # SIGILL is the CPU refusing an instruction: a binary built for a newer CPU (AVX2, AVX-512) than
     # the node's, i.e. the job's environment, not a crash of unknown cause. Crash-signal priority,
     # so any named cause printed with it still wins.

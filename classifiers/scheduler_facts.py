@@ -49,8 +49,10 @@ SIGNAL_RULES: dict[int, FactRule] = {
                  hint="the process segfaulted: collect a core dump; suspect native extensions"),
     6: FactRule(signature="signal-6-sigabrt", cause=Cause.CRASH_SIGNAL, priority=24, confidence=0.7,
                 hint="the process aborted: look for an assert/terminate message"),
-    7: FactRule(signature="signal-7-sigbus", cause=Cause.CRASH_SIGNAL, priority=24, confidence=0.7,
-                hint="bus error: often /dev/shm too small or a truncated mmap'd file"),
+    # A page of a mapping the kernel could not back, most often a full /dev/shm (rules.py, sigbus).
+    7: FactRule(signature="signal-7-sigbus", cause=Cause.HOST_OOM, priority=24, confidence=0.6,
+                hint="bus error: a shared-memory page could not be backed, most often /dev/shm full "
+                     "(--shm-size / --ipc=host for containers); else a truncated mmap'd file"),
     # The CPU refused an instruction: a binary built for a newer CPU than the node's (rules.py, sigill).
     4: FactRule(signature="signal-4-sigill", cause=Cause.ENVIRONMENT, priority=24, confidence=0.7,
                 hint="illegal instruction: the binary was built for another CPU (AVX2/AVX-512): rebuild it for "

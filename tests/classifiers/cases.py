@@ -311,7 +311,7 @@ CASES: list[tuple[str, str, str]] = [
     # glibc's messages in the node's locale
     ("段错误 (核心已转储)", "crash_signal", "sigsegv"),
     ("./a.out: Speicherzugriffsfehler (Speicherabzug geschrieben)", "crash_signal", "sigsegv"),
-    ("总线错误 (核心已转储)", "crash_signal", "sigbus"),
+    ("总线错误 (核心已转储)", "host_oom", "sigbus"),
     ("java.io.IOException: 设备上没有空间\n        at java.base/java.io.FileOutputStream.writeBytes(Native Method)", "storage_io", "no-space-left"),
     ("dd: Fehler beim Schreiben von '/dev/sdb1': Auf dem Gerät ist kein Speicherplatz mehr verfügbar", "storage_io", "no-space-left"),
     ("./train.sh: строка 12: 4711 Ошибка сегментирования (стек памяти сброшен на диск) python train.py", "crash_signal", "sigsegv"),
@@ -328,13 +328,13 @@ CASES: list[tuple[str, str, str]] = [
     ("CMake Error at CMakeLists.txt:1 (cmake_minimum_required):\n  CMake 3.18 or higher is required.  You are running version 3.10.2", "environment", "build-toolchain"),
     ("CMake Error: Could not find CMAKE_ROOT !!!\nCMake has most likely not been installed correctly.\n段错误 (核心已转储)", "environment", "build-toolchain"),
     ("Process exited with exit code 134", "crash_signal", "sigabrt"),
-    ("srun: error: node17: task 0: Exited with exit code 135", "crash_signal", "sigbus"),
+    ("srun: error: node17: task 0: Exited with exit code 135", "host_oom", "sigbus"),
     # Crash signals
     ("Fatal Python error: Segmentation fault", "crash_signal", "sigsegv"),
     ("Fatal Python error: Aborted", "crash_signal", "sigabrt"),
     ("forrtl: error (76): Abort trap signal", "crash_signal", "sigabrt"),
     ("*** Error in `/opt/conda/bin/python': double free or corruption (fasttop): 0x00007f0018011960 ***", "crash_signal", "heap-corruption"),
-    ("Bus error (core dumped)", "crash_signal", "sigbus"),
+    ("Bus error (core dumped)", "host_oom", "sigbus"),
     ("Illegal instruction (core dumped)", "environment", "sigill"),
     ("Fatal Python error: PyThreadState_Get: no current thread", "crash_signal", "fatal-python-error"),
     ("  traceback : Signal 9 (SIGKILL) received by PID 14750", "crash_signal", "sigkill"),
@@ -342,7 +342,7 @@ CASES: list[tuple[str, str, str]] = [
     ("Exception: process 1 terminated with signal SIGKILL", "crash_signal", "sigkill"),
     ("[ERROR] [launch.py:324:sigkill_handler] ['python3', '-u', 'trainCLM.py'] exits with return code = -11", "crash_signal", "sigsegv"),
     ("  exitcode  : -6 (pid: 142437)", "crash_signal", "sigabrt"),
-    ("[ERROR] [launch.py:321:sigkill_handler] ['python3', 'main.py'] exits with return code = -7", "crash_signal", "sigbus"),
+    ("[ERROR] [launch.py:321:sigkill_handler] ['python3', 'main.py'] exits with return code = -7", "host_oom", "sigbus"),
     ("srun: error: gpu01: task 0: Floating point exception (core dumped)", "crash_signal", "core-dumped"),
     ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:", "crash_signal", "child-failed"),
     # Success

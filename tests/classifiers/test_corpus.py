@@ -340,8 +340,10 @@ ROUND_FLOORS: list[tuple[str, int, float, float]] = [
     # anything was changed for it: 0.611 (0.500 unambiguous), macro-F1 0.661; rules alone 0.583
     # (0.450). After its families (a short loss series that blows up by orders of magnitude,
     # Marian's GPU assert and abort, tiny-cuda-nn's cudaMalloc, JAX's `No visible GPU devices`,
-    # cuRAND's initialisation failure): 0.806 (0.800), macro-F1 0.840. Floors at today's figures.
-    ("AN", 36, 0.806 - 1e-3, 0.800 - 1e-3),
+    # cuRAND's initialisation failure): 0.806 (0.800), macro-F1 0.840. A bare SIGBUS read as shared
+    # memory (host_oom) since 2026-12-07 costs its one bare `Bus error` labelled crash_signal (an
+    # ambiguous row) and fixes six host_oom rows elsewhere: 0.778. Floors at today's figures.
+    ("AN", 36, 0.778 - 1e-3, 0.800 - 1e-3),
 ]
 
 

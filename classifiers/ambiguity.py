@@ -65,6 +65,10 @@ AMBIGUOUS: tuple[AmbiguousRow, ...] = (
                  test=NodeTest.GPU_CHECK,
                  tells_apart="a failing GPU check on a job node means the GPU; a clean one means the code or "
                              "the driver stack"),
+    AmbiguousRow(signatures=frozenset({"nvml-init-unknown-error"}), alternative=Cause.GPU_HARDWARE, share=0.3,
+                 test=NodeTest.GPU_CHECK,
+                 tells_apart="a failing GPU check on the node itself means the GPU; a clean one means the "
+                             "container lost its device access"),
     AmbiguousRow(signatures=frozenset({"cuda-error"}), alternative=Cause.GPU_HARDWARE, share=0.4, test=NodeTest.GPU_XID,
                  tells_apart=_XID_WORDS + "none means the CUDA call failed in the code"),
     AmbiguousRow(causes=frozenset({Cause.NCCL_TIMEOUT}), alternative=Cause.NETWORK_FABRIC, share=0.5,

@@ -30,7 +30,8 @@ Formats: Megatron (`lm loss: 2.31E+00 | loss scale: 65536.0 | grad norm: 1.2 | n
 iterations: 0`), HF Trainer dicts (`{'loss': 2.31, 'grad_norm': 1.2, ...}`), DeepSpeed
 (`OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 1, reducing to 1`, `Reducing dynamic loss
 scale from 8.0 to 4.0`), apex (`Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale
-to 1`), Lightning / plain (`step 100 | loss 2.3`, `loss=2.3`, `Loss is Infinity`).
+to 1`), Lightning / plain (`step 100 | loss 2.3`, `loss=2.3`, `Loss is Infinity`), gradient boosting's
+per-round training objective (XGBoost `[30]\ttrain-rmse:26.6`, LightGBM, CatBoost).
 """
 
 from __future__ import annotations
@@ -68,6 +69,13 @@ _OVERFLOW = re.compile(rb"overflow!? (?:rank [0-9]+ )?skipping step|overflow det
                        )
 _SKIPPED = re.compile(rb"number of skipped iterations:[ \t]*([0-9]+)")
 _KEYWORDS = (b"loss", b"grad", b"overflow")
+# Gradient-boosting libraries print their training objective per round, not as `loss`: XGBoost
+# (`[30]\ttrain-rmse:26.61`), LightGBM (`[10]\ttraining's l2: 0.12`), CatBoost (`30:\tlearn: 0.68`).
+# Only lower-is-better losses: a rising AUC is progress.
+_BOOSTING = re.compile(
+    rb"^\[[0-9]+\]\t(?:train|training)(?:-|'s )(?:rmse|mae|rmsle|logloss|mlogloss|l1|l2|huber|mape"
+    rb"|binary_logloss|multi_logloss|cross_entropy|[a-z]+-nloglik):?[ \t]*" + _NUM + rb"(?![a-z0-9_])"
+    rb"|^[0-9]+:\tlearn:[ \t]*" + _NUM + rb"(?![a-z0-9_])")
 # A numbered progress line (step / iter / iteration / epoch-step counter) and a NaN/Inf token on it.
 _STEP = re.compile(rb"(?<![a-z0-9_])(?:step|iter|iteration|it)[ \t]*[:=#]?[ \t]*[0-9]+")
 _NONFINITE_TOKEN = re.compile(rb"(?<![a-z0-9_.])(?:nan|[-+]?inf(?:inity)?)(?![a-z0-9_])")
@@ -175,6 +183,14 @@ def analyze(lines: Sequence[tuple[Hashable, bytes]]) -> list[Finding]:
             step = _STEP.search(low)
             if step is not None:
                 steps.append((key, _NONFINITE_TOKEN.search(low, step.end()) is not None, line))
+        if low[:1] in b"[0123456789" and b"\t" in low:
+            boosting = _BOOSTING.match(low)
+            if boosting is not None:
+                try:
+                    losses.append(_Point(key, _value(boosting.group(1) or boosting.group(2)), line))
+                except ValueError:
+                    pass
+                continue
         if not any(word in low for word in _KEYWORDS):
             continue
         loss = _loss_of(low)

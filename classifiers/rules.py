@@ -134,7 +134,9 @@ RULES: tuple[Rule, ...] = (
     _r("ecc-uncorrectable", M, 99, r"uncorrectable ECC error|ECC_UNCORRECTABLE|ECCUncorrectable",
        "uncorrectable ECC error: " + RESET, defers_to_xid=True),
     _r("ecc-double-bit", M, 98, r"double[- ]bit (ECC )?error (has been )?detected|uncorrectable double[- ]bit|\(DBE\)", "double-bit ECC error: " + RESET),
-    _r("row-remap-failure", M, 98, r"row remap(ping)? fail|remapped rows? (failure|pending)|page retirement fail",
+    # DCGM's diagnostic test `Page Retirement/Row Remap` failing (dcgmi diag), as a table row or as a
+    # result a health agent writes (IBM Autopilot's `ERR_..._page_retirement_row_remap` node label).
+    _r("row-remap-failure", M, 98, r"row remap(ping)? fail|remapped rows? (failure|pending)|page retirement fail|Page Retirement/Row Remap[ |]{1,20}(Fail|Error)|ERR[^\n]{0,40}page_retirement_row_remap",
        "row-remapping failure: drain the node; RMA the GPU"),
     # nvidia-smi -q: a non-zero uncorrectable counter or a pending remap (the GPU needs a reset).
     _r("smi-uncorrectable-count", M, 96,
@@ -414,9 +416,17 @@ RULES: tuple[Rule, ...] = (
     # ONNX Runtime's CUDA_CALL, Caffe's CUDA_CHECK: cudaErrorMemoryAllocation = 2; the NVHPC OpenACC
     # runtime's allocation failure with its total/free table; Ascend's CANN runtime: rtMalloc failing
     # with "driver error:out of memory", halMemAlloc with drvRetCode 6; HPC codes' own words: AMReX's
-    # `CUDA error 2 ... out of memory`, Neko's `Memory allocation on device failed`).
-    _r("framework-gpu-oom", CO, 81, r"(cudaMalloc|cuMemAlloc)( retry)? failed[^\n]{0,40}out of memory|cudaMalloc\([^\n]{0,80}\) failed with error out of memor|GPUassert: out of memory|CUDA error 2\b[^\n]{0,200}out of memory|(memory )?allocation on (the )?(device|GPU) failed|(device|GPU) memory allocation failed|failed to allocate (device|GPU) memory|Out of memory error on GPU|CUDA failure 2: out of memory|cudaSuccess \(2 vs\. 0\) +out of memory|out of memory on (GPU|device) [0-9]|Out of memory allocating [0-9]+ bytes of device memory|total/free CUDA memory: [0-9]+/[0-9]+|rtMalloc execute failed, reason=\[driver error:out of memory\]|halMemAlloc failed[^\n]{0,120}drvRetCode=6\b|MODULE:(SYNHELPER|PT_DEVMEM)[^\n]{0,40}Allocation (of size ::[0-9]+ )?failed",
+    # `CUDA error 2 ... out of memory`, Neko's `Memory allocation on device failed`, SPECFEM's
+    # `CUDA error !!!!! <out of memory>`); CUDA's error string for cudaErrorMemoryAllocation ("out of
+    # memory") reported at a `.cu` source line (HugeCTR's `Runtime error: out of memory .../metrics.cu:461`);
+    # Thrust/CUB algorithms on the CUDA backend throwing system_error `parallel_for failed: out of memory`.
+    _r("framework-gpu-oom", CO, 81, r"CUDA error[ !<(\[]{1,12}out of memory|\bout of memory[^\n]{0,200}\.cuh?:[0-9]+|thrust::system::detail::bad_alloc|\b(parallel_for|for_each|transform|reduce|scan|sort|copy|fill|get_temporary_buffer)[a-z_:]* failed[^\n]{0,40}: out of memory|(cudaMalloc|cuMemAlloc)( retry)? failed[^\n]{0,40}out of memory|cudaMalloc\([^\n]{0,80}\) failed with error out of memor|GPUassert: out of memory|CUDA error 2\b[^\n]{0,200}out of memory|(memory )?allocation on (the )?(device|GPU) failed|(device|GPU) memory allocation failed|failed to allocate (device|GPU) memory|Out of memory error on GPU|CUDA failure 2: out of memory|cudaSuccess \(2 vs\. 0\) +out of memory|out of memory on (GPU|device) [0-9]|Out of memory allocating [0-9]+ bytes of device memory|total/free CUDA memory: [0-9]+/[0-9]+|rtMalloc execute failed, reason=\[driver error:out of memory\]|halMemAlloc failed[^\n]{0,120}drvRetCode=6\b|MODULE:(SYNHELPER|PT_DEVMEM)[^\n]{0,40}Allocation (of size ::[0-9]+ )?failed",
        "GPU memory exhausted: smaller batch or model"),
+    # A training or inference loop that catches the framework's device OOM and skips the batch (fairseq's
+    # `| WARNING: ran out of memory, skipping batch`, Boltz's predictor): host RAM running out cannot be
+    # caught and skipped like that, the kernel kills the process.
+    _r("oom-batch-skipped", CO, 79, r"ran out of memory[^\n]{0,40}skipping (the )?(batch|step|example)|\bOOM\b[^\n]{0,40}skipping (the )?(batch|step)",
+       "GPU memory ran out and the batch was skipped: smaller batch or input, or a GPU with more memory"),
     _r("kv-cache-no-memory", CO, 79, r"No available memory for the cache blocks|# GPU blocks: 0\b|larger than the maximum number of tokens that can be stored in KV cache",
        "no GPU memory left for the KV cache: lower max_model_len or raise gpu_memory_utilization / use more GPUs"),
     _r("cublas-not-initialized", CO, 56, r"CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate",
@@ -494,6 +504,19 @@ RULES: tuple[Rule, ...] = (
     # for it; a GPU that died says so in the kernel log (Xid 79), which wins.
     _r("no-cuda-device", EN, 72, r"no CUDA-capable device|No CUDA GPUs are available|\bNo devices were found\b|\bno (compatible )?GPUs? (is|are|was|were) detected\b|Found no NVIDIA driver|CUDA_ERROR_NO_DEVICE|NVIDIA-SMI has failed|Torch not compiled with CUDA|CUDA driver initialization failed|cuInit: CUDA_ERROR|CUDA unknown error - this may be due to an incorrectly set up environment|please check if device id is valid|No visible GPU devices",
        "no usable GPU/driver in the job: check CUDA_VISIBLE_DEVICES, gres request and the driver"),
+    # NVML's `Unknown Error` at initialisation inside a container that the host still sees all GPUs
+    # from: the container lost its device cgroup rules (systemd `daemon-reload` with the cgroup
+    # driver rewriting them; NVIDIA container toolkit troubleshooting, "Containers losing access to
+    # GPUs"). A GPU that died has an Xid (79) or a failing node check (ambiguity.py), which wins.
+    _r("nvml-init-unknown-error", EN, 58, r"Failed to initialize NVML: Unknown Error",
+       "NVML could not start in the job's container: it lost access to the GPU devices (a systemd daemon-reload "
+       "with cgroup-managed device rules); restart the container / pod, and set the runtime's cgroup driver or "
+       "pass the /dev/nvidia* devices explicitly; a failing GPU check on the host means the GPU instead"),
+    # DCGM's DCGM_ST_VER_MISMATCH: the client (dcgmi, dcgm-exporter, a health agent) and the node's
+    # nv-hostengine are different DCGM versions.
+    _r("dcgm-version-mismatch", EN, 60, r"\bAPI version mismatch\b|DCGM_ST_VER_MISMATCH",
+       "the DCGM client and the node's nv-hostengine are different versions: run matching versions (the exporter "
+       "image's DCGM and the host's datacenter-gpu-manager)"),
     # A binary or a compiler that does not know the GPU: nvcc older than the card (`Value 'sm_61' is
     # not defined for option 'gpu-architecture'`), NCCL built without its architecture (`Cuda failure
     # 'named symbol not found'`: NVIDIA/nccl#1372; pytorch/pytorch#152077 on an RTX 5090).

@@ -44,6 +44,8 @@ CASES: list[tuple[str, str, str]] = [
     ("RuntimeError: CUDA error: uncorrectable ECC error encountered", "gpu_memory", "ecc-uncorrectable"),
     ("Tesla A100: a double bit ECC error has been detected on GPU 0", "gpu_memory", "ecc-double-bit"),
     ("nvidia-smi: Remapped Rows Failure: Yes -> row remapping failure on GPU 2", "gpu_memory", "row-remap-failure"),
+    ("| Page Retirement/Row Remap | Fail |", "gpu_memory", "row-remap-failure"),
+    ("autopilot.ibm.com/dcgm.level.3=ERR_2024-11-04_09.32.03UTC_page_retirement_row_remap.0", "gpu_memory", "row-remap-failure"),
     ("    Remapped Rows\n        Correctable Error                 : 0\n        Uncorrectable Error               : 4\n        Pending                           : Yes", "gpu_memory", "smi-uncorrectable-count"),
     ("            DRAM Uncorrectable            : 2", "gpu_memory", "smi-uncorrectable-count"),
     # Node failure
@@ -146,6 +148,13 @@ CASES: list[tuple[str, str, str]] = [
     # Habana Gaudi's device allocator (synapse helper / PT device memory)
     ("RuntimeError: FATAL ERROR :: MODULE:SYNHELPER workspace Allocation of size ::14493510400 failed!", "cuda_oom", "framework-gpu-oom"),
     ("RuntimeError: [Rank:0] FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for size::56836702208 (54203.7)MB", "cuda_oom", "framework-gpu-oom"),
+    # SPECFEM's CUDA error banner; CUDA's "out of memory" at a .cu line (HugeCTR); Thrust on the CUDA backend
+    ("CUDA error !!!!! <out of memory> !!!!! \nat CUDA call error code: # 2402", "cuda_oom", "framework-gpu-oom"),
+    ("  what():  [HCDEBUG][ERROR] Runtime error: out of memory /var/tmp/HugeCTR/HugeCTR/src/metrics.cu:461 ", "cuda_oom", "framework-gpu-oom"),
+    ("terminate called after throwing an instance of 'thrust::system::system_error'\n  what():  parallel_for failed: out of memory", "cuda_oom", "framework-gpu-oom"),
+    # a loop that catches the device OOM and skips the batch (fairseq, Boltz)
+    ("Predicting DataLoader 0:   0%|   | 0/1 [00:00<?, ?it/s]| WARNING: ran out of memory, skipping batch", "cuda_oom", "oom-batch-skipped"),
+    ("| WARNING: ran out of memory, skipping batch", "cuda_oom", "oom-batch-skipped"),
     # Marian's GPU assert; tiny-cuda-nn's allocator (instant-ngp)
     ("terminate called after throwing an instance of 'util::Exception'\nGPUassert: out of memory marian-dev/src/tensors/device_gpu.cu 32\nAborted (core dumped)", "cuda_oom", "framework-gpu-oom"),
     ("21:39:09 ERROR    Uncaught exception: Could not allocate memory: tiny-cuda-nn/gpu_memory.h:109 cudaMalloc(&rawptr, n_bytes+DEBUG_GUARD_SIZE*2) failed with error out of memory", "cuda_oom", "framework-gpu-oom"),
@@ -191,6 +200,9 @@ CASES: list[tuple[str, str, str]] = [
     ("Error loading CUDA module: CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222)", "environment", "driver-too-old"),
     ("RuntimeError: CUDA error: the provided PTX was compiled with an unsupported toolchain.", "environment", "driver-too-old"),
     ("RuntimeError: No CUDA GPUs are available", "environment", "no-cuda-device"),
+    # a container that lost its GPU devices (systemd daemon-reload); DCGM client and hostengine versions differ
+    ("(container) $ nvidia-smi -L\nFailed to initialize NVML: Unknown Error", "environment", "nvml-init-unknown-error"),
+    ('level=fatal msg="Error connecting to nv-hostengine: API version mismatch"', "environment", "dcgm-version-mismatch"),
     ("RuntimeError: CUDA error: no kernel image is available for execution on the device", "environment", "no-kernel-image"),
     ("RuntimeError: The detected CUDA version (12.1) mismatches the version that was used to compile PyTorch (11.8).", "environment", "cuda-version-mismatch"),
     ("/var/spool/slurmd/job123/slurm_script: line 12: torchrun: command not found", "environment", "command-not-found"),

@@ -92,7 +92,7 @@ def _rounds(tmp_path, keep) -> Path:
 
 def test_second_corpus_of_real_excerpts_from_other_threads(tmp_path) -> None:
     """1,479 excerpts from threads and documents outside the dev set (see harvest-README.md), rounds A-AN."""
-    assert evaluate_corpus(HARVEST).total == 1479
+    assert evaluate_corpus(HARVEST).total == 1532
     # Rounds A-H (308 rows): floors just under today's figures (accuracy 0.860; 0.984 unambiguous).
     report = evaluate_corpus(_rounds(tmp_path, lambda r: r not in {row[0] for row in ROUND_FLOORS}))
     assert report.total == 308
@@ -344,6 +344,14 @@ ROUND_FLOORS: list[tuple[str, int, float, float]] = [
     # memory (host_oom) since 2026-12-07 costs its one bare `Bus error` labelled crash_signal (an
     # ambiguous row) and fixes six host_oom rows elsewhere: 0.778. Floors at today's figures.
     ("AN", 36, 0.778 - 1e-3, 0.800 - 1e-3),
+    # Round AO (53 rows, 24 ambiguous; 2026-12-07): graph/recsys/boosting, bio and weather models,
+    # GPU simulation codes, JAX/TF stacks and GPU-cluster infrastructure threads; scored on a frozen
+    # copy of commit c962c4b before anything was changed for it: 0.528 (0.586 unambiguous), macro-F1
+    # 0.631; rules alone 0.509 (0.552). After its families (CUDA's "out of memory" as SPECFEM, HugeCTR
+    # and Thrust print it, a loop that skips the batch on OOM, a gradient-boosting training metric
+    # that diverges, NVML's Unknown Error in a container, DCGM's API version mismatch, DCGM's Page
+    # Retirement/Row Remap result): 0.698 (0.793), macro-F1 0.820. Floors at today's figures.
+    ("AO", 53, 0.698 - 1e-3, 0.793 - 1e-3),
 ]
 
 

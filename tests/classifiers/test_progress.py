@@ -239,3 +239,21 @@ def test_a_short_series_that_blows_up_by_orders_of_magnitude_is_numerical_never_
     assert _sigs("\n".join(MMDET.format(e=e, x=x) for e, x in ((4, 0.00001), (5, 0.00002), (6, 0.05)))) == []
     # a summed loss that starts huge and falls is a run learning
     assert _sigs("\n".join(MMDET.format(e=e, x=x) for e, x in ((4, 3.1e9), (5, 2.2e6), (6, 1.5e4)))) == []
+
+
+def test_gradient_boosting_training_metric_series_is_read_as_the_loss() -> None:
+    """XGBoost / LightGBM / CatBoost print their training objective per round, not `loss`: a
+    training RMSE that climbs from 0.17 to the hundreds and stays there is divergence; one that
+    falls is a run learning, and a validation metric or an AUC is never read as the loss."""
+    rmse = (0.47, 0.28, 0.17, 26.6, 1039.7, 627.0, 441.2, 303.4, 1226.3, 1257.1, 897.3)
+    xgb = "\n".join(f"[{i * 10}]\ttrain-rmse:{v}" for i, v in enumerate(rmse))
+    assert _sigs(xgb) == ["loss-diverged"]
+    assert classify_text(xgb).cause is Cause.NUMERICAL
+    lgb = "\n".join(f"[{i * 10}]\ttraining's l2: {v}\tvalid_1's l2: {v}" for i, v in enumerate(rmse))
+    assert _sigs(lgb) == ["loss-diverged"]
+    cat = "\n".join(f"{i * 10}:\tlearn: {v}\ttest: {v}\tbest: 0.17 (20)" for i, v in enumerate(rmse))
+    assert _sigs(cat) == ["loss-diverged"]
+    falling = "\n".join(f"[{i * 10}]\ttrain-rmse:{0.5 / (i + 1):.4f}" for i in range(11))
+    assert _sigs(falling) == []
+    assert _sigs("\n".join(f"[{i * 10}]\tvalidation_0-rmse:{v}" for i, v in enumerate(rmse))) == []
+    assert _sigs("\n".join(f"[{i * 10}]\ttrain-auc:{v}" for i, v in enumerate(rmse))) == []

@@ -584,7 +584,11 @@ RULES: tuple[Rule, ...] = (
        confidence=0.7),
     # MLPerf's reference implementations stop a run whose quality collapsed and print "MODEL DIVERGED".
     _r("model-diverged", NU, 70, r"\bMODEL DIVERGED\b", "the training diverged (the framework's own check stopped it): lower the learning rate, check the data", caseless=False),
-    _r("nan-detected", NU, 69, r"found (a )?NaN|returned nan values|(coordinate|coordinates|position|positions|velocity|velocities|energy) (is|are|became) nan\b|tensor\(\[+nan, nan, nan|Nan in summary histogram|NaN or Inf found|contains NaN|isnan|Detected (NaN|inf)|nan values in|Encountered (a )?NaN|(loss|gradients?) (is|are|became) (not finite|non-finite)|non-finite (loss|gradient)|ignored a value of (nan|inf)\b",
+    # torch.distributions' Real() constraint fails only on NaN (it is x == x), and torch.normal refuses
+    # a NaN std the same way: an RL policy or a VAE whose outputs went NaN ("Expected parameter loc
+    # ... to satisfy the constraint Real(), but found invalid values", "normal expects all elements
+    # of std >= 0.0"); kohya's `NaN detected in latents` (an fp16 VAE).
+    _r("nan-detected", NU, 69, r"to satisfy the constraint Real\(\), but found invalid values|normal expects all elements of std >= 0\.0|NaN detected in\b|found (a )?NaN|returned nan values|(coordinate|coordinates|position|positions|velocity|velocities|energy) (is|are|became) nan\b|tensor\(\[+nan, nan, nan|Nan in summary histogram|NaN or Inf found|contains NaN|isnan|Detected (NaN|inf)|nan values in|Encountered (a )?NaN|(loss|gradients?) (is|are|became) (not finite|non-finite)|non-finite (loss|gradient)|ignored a value of (nan|inf)\b",
        "NaN/Inf values in the model: the run diverged; fix before requeueing"),
     _r("loss-scale-collapse", NU, 70, r"loss scale already at minimum|cannot decrease scale anymore|Minimum loss scale reached",
        "fp16 loss scale collapsed (gradients overflow every step): lower LR or use bf16; do not requeue as-is"),

@@ -234,6 +234,10 @@ CASES: list[tuple[str, str, str]] = [
      "environment", "cuda-version-mismatch"),
     ("e66aa18dc444:3171:3171 [0] include/socket.h:311 WARN Socket creation failed : Address family not supported by protocol", "environment", "nccl-no-interface"),
     ("tensor([[[nan, nan, nan, nan, nan, nan, nan, nan, nan, nan],", "numerical", "nan-detected"),
+    # NaN in a policy's distribution parameters (torch.distributions, torch.normal); NaN latents (kohya)
+    ("ValueError: Expected parameter loc (Tensor of shape (4096, 10)) of distribution Normal(loc: torch.Size([4096, 10]), scale: torch.Size([4096, 10])) to satisfy the constraint Real(), but found invalid values:", "numerical", "nan-detected"),
+    ("RuntimeError: normal expects all elements of std >= 0.0", "numerical", "nan-detected"),
+    ("RuntimeError: NaN detected in latents: train/aki/5_girl/fengmian101.png", "numerical", "nan-detected"),
     ("[rank0]:[W515 07:06:42.829549331 ProcessGroupNCCL.cpp:1117] WARNING: process group has NOT been destroyed before it is being destructed. On normal program exit, the application should call destroy_process_group",
      "success", "pg-not-destroyed-at-exit"),
     ("salloc: Prolog failure on node k003-006", "node_failure", "scheduler-prolog-failed"),

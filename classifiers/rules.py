@@ -55,6 +55,7 @@ from pitstop.node.xid import RECOVERY_ACTION_STATUS
 from pitstop.models import CheckStatus
 
 from classifiers.rule_model import Rule
+from classifiers.signal_meaning import SIGNALS
 from classifiers.xid_rules import XID_PREFIX, xid_pattern, xid_rules
 
 G, M, NC, NF = Cause.GPU_HARDWARE, Cause.GPU_MEMORY, Cause.NCCL_TIMEOUT, Cause.NETWORK_FABRIC
@@ -747,30 +748,22 @@ RULES: tuple[Rule, ...] = (
     # --- Crash signals (no clearer cause) --------------------------------------------------------
     # Exit status 128+N is a shell's (and LSF's, `Exited with exit code 139.`) report of death by
     # signal N (bash(1), EXIT STATUS): 134 SIGABRT, 135 SIGBUS, 139 SIGSEGV.
-    _r("sigsegv", CS, 42, r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 |WTERMSIG 11\b|exitcode *: *-11\b|return ?code *[=:]? *-11\b|segfault|exit(ed with exit)? (code|status) 139\b|段错误|Speicherzugriffsfehler|Erreur de segmentation|Violación de segmento|セグメンテーション違反|Ошибка сегментирования",
-       "the process segfaulted: collect the core dump/faulthandler trace; suspect native extensions"),
-    _r("sigabrt", CS, 40, r"SIGABRT|Abort trap\b|WTERMSIG 6\b|signal 6 \(Aborted\)|died from signal 6\b|Fatal Python error: Aborted|Aborted \(core dumped\)|exitcode *: *-6\b|return ?code *[=:]? *-6\b|exit(ed with exit)? (code|status) 134\b",
-       "the process aborted: look for the assert/terminate message before it"),
+    _r("sigsegv", SIGNALS[11].cause, 42, r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 |WTERMSIG 11\b|exitcode *: *-11\b|return ?code *[=:]? *-11\b|segfault|exit(ed with exit)? (code|status) 139\b|段错误|Speicherzugriffsfehler|Erreur de segmentation|Violación de segmento|セグメンテーション違反|Ошибка сегментирования",
+       SIGNALS[11].hint),
+    _r("sigabrt", SIGNALS[6].cause, 40, r"SIGABRT|Abort trap\b|WTERMSIG 6\b|signal 6 \(Aborted\)|died from signal 6\b|Fatal Python error: Aborted|Aborted \(core dumped\)|exitcode *: *-6\b|return ?code *[=:]? *-6\b|exit(ed with exit)? (code|status) 134\b",
+       SIGNALS[6].hint),
     _r("heap-corruption", CS, 42, r"double free or corruption|free\(\): invalid|malloc\(\): |corrupted size vs\. prev_size|stack smashing detected",
        "native heap corruption: suspect a C/C++ extension; get a core dump"),
-    # SIGBUS on Linux x86-64 is a page of a mapping that cannot be backed (mmap(2), signal(7)): a
-    # tmpfs such as /dev/shm that is full (Docker's 64 MB default, a pod's shm limit), a hugepage
-    # pool run dry, a mapped file truncated under it. For a training or MPI job that is the shared
-    # memory its workers and transports map, so host memory, not an unexplained crash; a named
-    # cause printed with it still wins (crash-signal priority).
-    _r("sigbus", HO, 40, r"Bus error|SIGBUS|exitcode *: *-7\b|return ?code *[=:]? *-7\b|exit(ed with exit)? (code|status) 135\b|总线错误|Bus-Zugriffsfehler", "bus error: a shared-memory page could not be backed, most often /dev/shm full (give the container "
-       "--shm-size or --ipc=host, the pod a larger memory-backed /dev/shm); else a truncated mmap'd file"),
-    # SIGILL is the CPU refusing an instruction: a binary built for a newer CPU (AVX2, AVX-512) than
-    # the node's, i.e. the job's environment, not a crash of unknown cause. Crash-signal priority,
-    # so any named cause printed with it still wins.
-    _r("sigill", EN, 40, r"Illegal instruction|SIGILL",
-       "illegal instruction: the binary was built for another CPU (AVX2/AVX-512): rebuild for the node's CPU "
-       "or constrain the job to nodes that have the instructions (sbatch --constraint)"),
+    # Cause and hint of each signal come from signal_meaning.py, shared with the scheduler's signal
+    # facts. SIGBUS is shared memory (host_oom) and SIGILL a binary built for another CPU
+    # (environment), both at crash-signal priority so a named cause printed with them still wins.
+    _r("sigbus", SIGNALS[7].cause, 40, r"Bus error|SIGBUS|exitcode *: *-7\b|return ?code *[=:]? *-7\b|exit(ed with exit)? (code|status) 135\b|总线错误|Bus-Zugriffsfehler", SIGNALS[7].hint),
+    _r("sigill", SIGNALS[4].cause, 40, r"Illegal instruction|SIGILL", SIGNALS[4].hint),
     _r("fatal-python-error", CS, 39, r"Fatal Python error", "the interpreter crashed: read the faulthandler trace"),
     # Not `\bSIGKILL\b`: torchrun's "Sending process N closing signal SIGKILL" to healthy peers
     # would outrank the real error.
-    _r("sigkill", CS, 33, r"(terminated|killed|died) (with|by) (signal )?SIGKILL|received SIGKILL|SIGKILL received|Signals\.SIGKILL|Signal 9 |signal 9\b|WTERMSIG 9\b|exitcode +: *-9\b",
-       "the process was SIGKILLed (OOM killer, scheduler or admin): check dmesg and sacct"),
+    _r("sigkill", SIGNALS[9].cause, 33, r"(terminated|killed|died) (with|by) (signal )?SIGKILL|received SIGKILL|SIGKILL received|Signals\.SIGKILL|Signal 9 |signal 9\b|WTERMSIG 9\b|exitcode +: *-9\b",
+       SIGNALS[9].hint),
     _r("core-dumped", CS, 25, r"core dumped", "the process crashed and dumped core"),
     _r("child-failed", CS, 20, r"ChildFailedError|terminated with signal|died with <Signals|exited with (signal|code)",
        "a worker process died: read the first failing rank's log", confidence=0.5),

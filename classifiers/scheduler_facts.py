@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict
 
 from pitstop.models import Cause, SchedulerFacts
 
+from classifiers.signal_meaning import SIGNALS
+
 
 class FactRule(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -43,26 +45,14 @@ STATE_RULES: dict[str, FactRule] = {
                           hint="the job finished normally"),
 }
 
-# Signals by number: what killed the process when nothing in the log says more.
+# Signals by number, when nothing in the log says more: cause and hint from the shared table
+# (signal_meaning.py); a fact weighs less than a line the job printed, a kill or term least.
+_SIGNAL_WEIGHT: dict[int, tuple[int, float]] = {11: (24, 0.7), 6: (24, 0.7), 7: (24, 0.6), 4: (24, 0.7),
+                                               8: (24, 0.7), 9: (19, 0.5), 15: (19, 0.4)}
 SIGNAL_RULES: dict[int, FactRule] = {
-    11: FactRule(signature="signal-11-sigsegv", cause=Cause.CRASH_SIGNAL, priority=24, confidence=0.7,
-                 hint="the process segfaulted: collect a core dump; suspect native extensions"),
-    6: FactRule(signature="signal-6-sigabrt", cause=Cause.CRASH_SIGNAL, priority=24, confidence=0.7,
-                hint="the process aborted: look for an assert/terminate message"),
-    # A page of a mapping the kernel could not back, most often a full /dev/shm (rules.py, sigbus).
-    7: FactRule(signature="signal-7-sigbus", cause=Cause.HOST_OOM, priority=24, confidence=0.6,
-                hint="bus error: a shared-memory page could not be backed, most often /dev/shm full "
-                     "(--shm-size / --ipc=host for containers); else a truncated mmap'd file"),
-    # The CPU refused an instruction: a binary built for a newer CPU than the node's (rules.py, sigill).
-    4: FactRule(signature="signal-4-sigill", cause=Cause.ENVIRONMENT, priority=24, confidence=0.7,
-                hint="illegal instruction: the binary was built for another CPU (AVX2/AVX-512): rebuild it for "
-                     "the node's CPU or constrain the job to nodes that have the instructions"),
-    8: FactRule(signature="signal-8-sigfpe", cause=Cause.CRASH_SIGNAL, priority=24, confidence=0.7,
-                hint="arithmetic exception in native code"),
-    9: FactRule(signature="signal-9-sigkill", cause=Cause.CRASH_SIGNAL, priority=19, confidence=0.5,
-                hint="SIGKILL (OOM killer, scheduler or admin): check dmesg and sacct"),
-    15: FactRule(signature="signal-15-sigterm", cause=Cause.CRASH_SIGNAL, priority=19, confidence=0.4,
-                 hint="SIGTERM: usually a cancel, preemption or time limit"),
+    number: FactRule(signature=f"signal-{number}-{SIGNALS[number].name}", cause=SIGNALS[number].cause,
+                     priority=priority, confidence=confidence, hint=SIGNALS[number].hint)
+    for number, (priority, confidence) in _SIGNAL_WEIGHT.items()
 }
 
 EXIT_ZERO = FactRule(signature="exit-0", cause=Cause.SUCCESS, priority=35, confidence=0.85,

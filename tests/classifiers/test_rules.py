@@ -128,3 +128,20 @@ def test_the_re2_set_has_room_for_a_site_s_rules_beyond_the_built_in_table() -> 
                   pattern=f"site{n} error[^\\n]{{0,60}}in module[^\\n]{{0,60}}failed") for n in range(20)]
     engine = Re2SetEngine([*RULES, *extra])
     assert engine.first_matches(b"x\nsite7 error here in module m: failed\n") != {}
+
+
+@pytest.mark.parametrize(("number", "log_line"), [
+    (11, "Segmentation fault (core dumped)"), (6, "Aborted (core dumped)"), (7, "Bus error (core dumped)"),
+    (4, "Illegal instruction (core dumped)"), (9, "worker killed by signal SIGKILL"),
+])
+def test_a_signal_says_the_same_in_the_log_and_in_the_scheduler_facts(number: int, log_line: str) -> None:
+    # One death, two witnesses: the job's own line and Slurm's signal number must agree on the
+    # cause and the hint, or the operator reads two stories about the same crash.
+    from classifiers.signal_meaning import SIGNALS
+    from pitstop.models import SchedulerFacts
+
+    from_log = classify_text(log_line)
+    from_facts = classify_text("", SchedulerFacts(signal=number))
+    assert from_log.cause == from_facts.cause == SIGNALS[number].cause
+    assert hint_for(from_log.signature) == SIGNALS[number].hint
+    assert from_facts.signature == f"signal-{number}-{SIGNALS[number].name}"

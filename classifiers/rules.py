@@ -144,6 +144,14 @@ RULES: tuple[Rule, ...] = (
        r"^[ \t]*((DRAM |SRAM )?Uncorrectable( Error)?|Remapping Failure Occurred|Pending)[ \t]*: ([1-9][0-9]*|Yes)\b",
        "nvidia-smi shows uncorrectable memory errors or a pending row remap: " + RESET),
     # --- Node failure ----------------------------------------------------------------------------
+    # A cloud-bursting scheduler (Slurm-GCP, ParallelCluster, CycleCloud) whose cloud refused to create
+    # the node for an exhausted project quota marks the node DOWN and requeues the job: the quota is the
+    # cause and the node is not faulty, so this outranks the node failure it leads to. GCP's
+    # `Quota 'CPUS' exceeded. Limit: 24.0 in region` / QUOTA_EXCEEDED (Compute Engine quotas docs),
+    # EC2's VcpuLimitExceeded / InstanceLimitExceeded (EC2 API error codes), Azure's QuotaExceeded.
+    _r("cloud-quota-exceeded", EN, 92, r"\bQuota '?[A-Z][A-Z0-9_]+'? exceeded|\bQUOTA_EXCEEDED\b|\bVcpuLimitExceeded\b|\bInstanceLimitExceeded\b|\bQuotaExceeded\b|exceeding approved [^\n]{0,60}quota",
+       "the cloud refused to create the node: a project/account quota (CPUs, GPUs, instances) is exhausted; "
+       "raise the quota or shrink the partition; the node itself is not faulty", caseless=False),
     _r("slurm-node-fail", NO, 90, r"DUE TO NODE FAIL|NODE_FAIL\b|Node failure on|\(node failure\)|update_node: node [^\n ]+ state set to (FAIL|DOWN)\b",
        "the scheduler lost the node: check slurmd/BMC on it; requeue the job"),
     _r("node-marked-dead", NO, 90, r"node[^\n]{0,120}(has been )?marked (as )?dead|node has (beem|been) marked as dead|its node has died|node has crashed",
@@ -420,8 +428,14 @@ RULES: tuple[Rule, ...] = (
     # `CUDA error 2 ... out of memory`, Neko's `Memory allocation on device failed`, SPECFEM's
     # `CUDA error !!!!! <out of memory>`); CUDA's error string for cudaErrorMemoryAllocation ("out of
     # memory") reported at a `.cu` source line (HugeCTR's `Runtime error: out of memory .../metrics.cu:461`);
-    # Thrust/CUB algorithms on the CUDA backend throwing system_error `parallel_for failed: out of memory`.
-    _r("framework-gpu-oom", CO, 81, r"CUDA error[ !<(\[]{1,12}out of memory|\bout of memory[^\n]{0,200}\.cuh?:[0-9]+|thrust::system::detail::bad_alloc|\b(parallel_for|for_each|transform|reduce|scan|sort|copy|fill|get_temporary_buffer)[a-z_:]* failed[^\n]{0,40}: out of memory|(cudaMalloc|cuMemAlloc)( retry)? failed[^\n]{0,40}out of memory|cudaMalloc\([^\n]{0,80}\) failed with error out of memor|GPUassert: out of memory|CUDA error 2\b[^\n]{0,200}out of memory|(memory )?allocation on (the )?(device|GPU) failed|(device|GPU) memory allocation failed|failed to allocate (device|GPU) memory|Out of memory error on GPU|CUDA failure 2: out of memory|cudaSuccess \(2 vs\. 0\) +out of memory|out of memory on (GPU|device) [0-9]|Out of memory allocating [0-9]+ bytes of device memory|total/free CUDA memory: [0-9]+/[0-9]+|rtMalloc execute failed, reason=\[driver error:out of memory\]|halMemAlloc failed[^\n]{0,120}drvRetCode=6\b|MODULE:(SYNHELPER|PT_DEVMEM)[^\n]{0,40}Allocation (of size ::[0-9]+ )?failed",
+    # Thrust/CUB algorithms on the CUDA backend throwing system_error `parallel_for failed: out of memory`;
+    # a C++ runtime's wrapper of the same string (TurboMind's `CUDA runtime error: out of memory`).
+    # The other GPU APIs' own codes for a failed device allocation: OpenCL's
+    # CL_MEM_OBJECT_ALLOCATION_FAILURE (OpenCL 3.0 API spec, "failure to allocate memory for buffer
+    # object"; not CL_OUT_OF_RESOURCES, which NVIDIA's OpenCL also returns for a crashed kernel) and
+    # Vulkan's VK_ERROR_OUT_OF_DEVICE_MEMORY (Vulkan spec, "a device memory allocation has failed";
+    # vulkan.hpp spells it ErrorOutOfDeviceMemory).
+    _r("framework-gpu-oom", CO, 81, r"CUDA error[ !<(\[]{1,12}out of memory|CUDA (runtime|driver) error[^\n]{0,8}: out of memory|CL_MEM_OBJECT_ALLOCATION_FAILURE|VK_ERROR_OUT_OF_DEVICE_MEMORY|ErrorOutOfDeviceMemory|\bout of memory[^\n]{0,200}\.cuh?:[0-9]+|thrust::system::detail::bad_alloc|\b(parallel_for|for_each|transform|reduce|scan|sort|copy|fill|get_temporary_buffer)[a-z_:]* failed[^\n]{0,40}: out of memory|(cudaMalloc|cuMemAlloc)( retry)? failed[^\n]{0,40}out of memory|cudaMalloc\([^\n]{0,80}\) failed with error out of memor|GPUassert: out of memory|CUDA error 2\b[^\n]{0,200}out of memory|(memory )?allocation on (the )?(device|GPU) failed|(device|GPU) memory allocation failed|failed to allocate (device|GPU) memory|Out of memory error on GPU|CUDA failure 2: out of memory|cudaSuccess \(2 vs\. 0\) +out of memory|out of memory on (GPU|device) [0-9]|Out of memory allocating [0-9]+ bytes of device memory|total/free CUDA memory: [0-9]+/[0-9]+|rtMalloc execute failed, reason=\[driver error:out of memory\]|halMemAlloc failed[^\n]{0,120}drvRetCode=6\b|MODULE:(SYNHELPER|PT_DEVMEM)[^\n]{0,40}Allocation (of size ::[0-9]+ )?failed",
        "GPU memory exhausted: smaller batch or model"),
     # A training or inference loop that catches the framework's device OOM and skips the batch (fairseq's
     # `| WARNING: ran out of memory, skipping batch`, Boltz's predictor): host RAM running out cannot be
@@ -666,7 +680,7 @@ RULES: tuple[Rule, ...] = (
     # seff's summary says `State: TIMEOUT (exit code 0)`.
     _r("slurm-state-timeout", TL, 56, r"JobState=TIMEOUT\b|State=TIMEOUT\b| TIMEOUT +[0-9]+:[0-9]+|\bjobstate=TIMEOUT\b|\bState: TIMEOUT \(exit code|SLURM status is: 'TIMEOUT'",
        "Slurm ended the job at its time limit: " + MORE_TIME, caseless=False),
-    _r("walltime-exceeded", TL, 56, r"walltime [0-9:]+ exceeded limit|TERM_RUNLIMIT|qmaster enforced h_rt|exceeded (its |the )?(job |maximum )?(time|wall ?clock|wall ?time|run ?time|running time|run) limit|(wall ?clock|wall ?time|run ?time|time) limit (exceeded|reached)|due to (the )?(wall ?clock|wall ?time|time) limit|DeadlineExceeded|activeDeadlineSeconds|exceeded (hard|soft) wallclock|resource allocation expired",
+    _r("walltime-exceeded", TL, 56, r"walltime [0-9:]+ exceeded limit|TERM_RUNLIMIT|qmaster enforced h_rt|exceeded (its |the )?(job |maximum )?(time|wall ?clock|wall ?time|run ?time|running time|run) limit|(wall ?clock|wall ?time|run ?time|time) limit (exceeded|reached)|due to (the )?(wall ?clock|wall ?time|time) limit|DeadlineExceeded|activeDeadlineSeconds|was active (on the node )?longer than (the )?specified deadline|exceeded (hard|soft) wallclock|resource allocation expired",
        "the job hit its time limit: " + MORE_TIME),
     # Exit status 140 is 128 + SIGUSR2, the signal LSF sends a job at its RUNLIMIT before SIGKILL
     # (Platform LSF Reference, bqueues: RUNLIMIT); workflow managers print the task's status as is.

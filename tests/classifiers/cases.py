@@ -60,6 +60,10 @@ CASES: list[tuple[str, str, str]] = [
     ("srun: error: Node gpu012 not responding, setting DOWN", "node_failure", "node-not-responding"),
     ("ray.exceptions.NodeDiedError: Task failed due to the node (where this task was running) dying.", "node_failure", "node-lost-orchestrator"),
     ("Message[1] job cancelled - job preempted (node failure)", "node_failure", "slurm-node-fail"),
+    # The cloud's quota refusal, not the DOWN node it leads to, is the cause.
+    ("[2025-01-09T08:00:03.120] update_node: node a3-nodeset-3 reason set to: GCP Error: Quota 'NVIDIA_H100_GPUS' exceeded. Limit: 8.0 in region us-central1.\n[2025-01-09T08:00:03.121] requeue job JobId=41 due to failure of node a3-nodeset-3\n[2025-01-09T08:00:03.121] update_node: node a3-nodeset-3 state set to DOWN", "environment", "cloud-quota-exceeded"),
+    ("An error occurred (VcpuLimitExceeded) when calling the RunInstances operation: You have requested more vCPU capacity than your current vCPU limit of 96 allows", "environment", "cloud-quota-exceeded"),
+    ("OSError: [Errno 122] Disk quota exceeded: '/scratch/ckpt/step_100.pt'", "storage_io", "disk-quota"),
     ("Owner Id: 01000000ffff Owner Ip address: 172.21.160.9 Owner worker exit type: SYSTEM_ERROR Worker exit detail: Owner's node has crashed.", "node_failure", "node-marked-dead"),
     ("NAME         STATUS     AGE       VERSION\n10.6.0.188   NotReady   10d       v1.7.2", "node_failure", "node-lost-orchestrator"),
     ("c015: Reason=Node unexpectedly rebooted [slurm@2022-07-23T15:27:10]", "node_failure", "slurm-node-down"),
@@ -144,6 +148,10 @@ CASES: list[tuple[str, str, str]] = [
     ("I tensorflow/core/common_runtime/bfc_allocator.cc:809]      Summary of in-use Chunks by size: ", "cuda_oom", "tf-bfc-oom"),
     # MXNet src/storage/pooled_storage_manager.h; PaddlePaddle's allocator message
     ("mxnet.base.MXNetError: [11:41:11] src/storage/./pooled_storage_manager.h:108: cudaMalloc failed: out of memory", "cuda_oom", "framework-gpu-oom"),
+    ("RuntimeError: [ERROR] CUDA runtime error: out of memory /src/engine/utils/allocator.h:231", "cuda_oom", "framework-gpu-oom"),
+    ("[2024-03-02 10:11:12.101]  ocl  error CL_MEM_OBJECT_ALLOCATION_FAILURE when calling clCreateBuffer with buffer size 4294967296", "cuda_oom", "framework-gpu-oom"),
+    ("ggml_vulkan: Device memory allocation of size 1073741824 failed.\nggml_vulkan: vk::Device::allocateMemory: ErrorOutOfDeviceMemory", "cuda_oom", "framework-gpu-oom"),
+    ("vkAllocateMemory returned VK_ERROR_OUT_OF_DEVICE_MEMORY", "cuda_oom", "framework-gpu-oom"),
     ("  (ResourceExhausted) Out of memory error on GPU 0. Cannot allocate 1.531250GB memory on GPU 0", "cuda_oom", "framework-gpu-oom"),
     # Habana Gaudi's device allocator (synapse helper / PT device memory)
     ("RuntimeError: FATAL ERROR :: MODULE:SYNHELPER workspace Allocation of size ::14493510400 failed!", "cuda_oom", "framework-gpu-oom"),
@@ -294,6 +302,8 @@ CASES: list[tuple[str, str, str]] = [
     # Time limit
     ("slurmstepd: error: *** JOB 608 ON gpu02 CANCELLED AT 2022-08-12T02:06:12 DUE TO TIME LIMIT ***", "time_limit", "slurm-time-limit"),
     ("=>> PBS: job killed: walltime 3605 exceeded limit 3600", "time_limit", "walltime-exceeded"),
+    ("Status:           Failed\nMessage:          Pod was active on the node longer than the specified deadline", "time_limit", "walltime-exceeded"),
+    ("  Warning  DeadlineExceeded  job-controller  Job was active longer than specified deadline", "time_limit", "walltime-exceeded"),
     ("Caused by:\n  Process `BWA_MEM (sample7)` terminated with an error exit status (140)", "time_limit", "exit-140-run-limit"),
     ("Subject: Job 4471233: <train> in cluster <hpc> Exited\nExited with exit code 140.", "time_limit", "exit-140-run-limit"),
     ("job 4411 exceeded hard wallclock time - initiate terminate method", "time_limit", "walltime-exceeded"),

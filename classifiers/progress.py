@@ -10,7 +10,8 @@ What it detects (each yields a `numerical` finding):
 - `loss-diverged`: after warm-up (the first 20% of the series) the loss rises by a large factor over
   its running median and stays up to the end of the series (e.g. 6 -> 11 -> 14); a series too
   short for that (three or four values) counts when its last loss is a thousand times the median
-  of the ones before it and at least 100 (0.36 -> 22.9 -> 3.1e9);
+  of the ones before it and at least 100 (0.36 -> 22.9 -> 3.1e9); so do spikes of ten times the
+  level before them that recur, the last loss printed being one (0.25 -> 4.3 -> 0.8 -> 6.7);
 - `loss-scale-collapsed`: the fp16 dynamic loss scale was driven down to its minimum (<= 1) and
   steps still overflow there ("Attempted loss scale: 1, reducing to 1");
 - `overflow-run`: a long run of skipped overflow steps that ends with the scale already small
@@ -89,6 +90,9 @@ DIVERGENCE_ABS = 0.5  # ... and by at least this much in absolute terms
 # before it and in the hundreds or more (0.36 -> 22.9 -> 3.1e9) is no healthy run's.
 EXPLOSION_FACTOR = 1000.0
 EXPLOSION_ABS = 100.0
+# A loss ten times the level before it is a spike, not step noise; one that comes back down is
+# noise, but a spike that recurs and is where the series ends is an instability that won.
+SPIKE_FACTOR = 10.0
 OVERFLOW_RUN = 6
 SMALL_SCALE = 64.0
 
@@ -286,7 +290,29 @@ def _diverged(losses: Sequence[_Point]) -> Finding | None:
             evidence = ((values[i].key, _text(values[i].text)), (values[i - 1].key, _text(values[i - 1].text)),
                         (values[-1].key, _text(values[-1].text)))
             return Finding("loss-diverged", _P_DIVERGED, 0.8, HINTS["loss-diverged"], evidence)
-    return None
+    return _spikes_to_the_end(values, warm)
+
+
+def _spikes_to_the_end(values: Sequence[_Point], warm: int) -> Finding | None:
+    """Loss spikes that recur, the last loss printed one of them (0.25 -> 4.3 -> 0.8 -> 6.7): the
+    run's instability came back and was still there where the series ends. The baseline is the
+    level before the first spike, which the elevated losses between spikes would otherwise raise."""
+    first = next((i for i in range(warm, len(values) - 1)
+                  if values[i].value >= SPIKE_FACTOR * _level_before(values, i)
+                  and values[i].value - _level_before(values, i) >= DIVERGENCE_ABS), None)
+    if first is None:
+        return None
+    base = _level_before(values, first)
+    last = values[-1]
+    if base <= 0 or last.value < SPIKE_FACTOR * base or last.value - base < DIVERGENCE_ABS:
+        return None
+    evidence = ((values[first].key, _text(values[first].text)), (values[first - 1].key, _text(values[first - 1].text)),
+                (last.key, _text(last.text)))
+    return Finding("loss-diverged", _P_DIVERGED, 0.8, HINTS["loss-diverged"], evidence)
+
+
+def _level_before(values: Sequence[_Point], i: int) -> float:
+    return median(p.value for p in values[max(0, i - 50): i])
 
 
 def _exploded(values: Sequence[_Point]) -> Finding | None:

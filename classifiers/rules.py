@@ -165,12 +165,20 @@ RULES: tuple[Rule, ...] = (
        "the route to it (firewall, oob_tcp_if_include); requeue"),
     _r("node-lost-orchestrator", NO, 88, r"NodeDiedError|the node it was running on (is|was|has) (dead|died)|NodeNotReady|NodeStatusUnknown|Kubelet stopped posting node status|node[^\n]{0,60} (is|became) NotReady|NodeLost|Node [^\n]{0,60}is unreachable|^[^\n \t]+ +NotReady +",
        "the orchestrator lost a node (Ray/Kubernetes): check that node; requeue"),
+    # Tenstorrent's tt-smi after a reset: the chip's management core (ARC) never came back, its sensors
+    # read all ones: the accelerator is gone as a GPU that fell off the bus is; only a power cycle
+    # recovers it, and a card that does it again is for RMA.
+    _r("accelerator-reinit-failed", G, 85, r"Error when re-initializing chips!|Chip initialization failed:",
+       "the accelerator did not come back after a reset (its management core never answered): drain, power-cycle the host; RMA if it recurs",
+       confidence=0.6),
     _r("kernel-panic", NO, 90, r"Kernel panic|kernel BUG at", "the node's kernel crashed: drain and inspect"),
     # The kernel's PCIe Advanced Error Reporting: a FATAL uncorrected error on the path to a GPU
     # (the GPU itself, its riser, PCIe switch or IO board), not the job; corrected ones are noise.
     _r("pcie-aer-fatal", G, 95, r"AER: (Multiple )?Uncorrect(ed|able) \(Fatal\)",
        "fatal PCIe error on the path to a GPU (GPU, riser, switch, IO board): drain, reboot, deep check; RMA if it recurs"),
-    _r("node-not-responding", NO, 88, r"node[^\n]{0,60} not responding|lost connection to (the )?node",
+    # Torque/PBS: pbs_server cannot hand the job to the node's daemon (pbs_mom), `unable to run job,
+    # send to MOM '10.1.1.2' failed` / `MOM rejected/timeout` (tracejob): the node is unreachable.
+    _r("node-not-responding", NO, 88, r"node[^\n]{0,60} not responding|lost connection to (the )?node|unable to run job, (send to )?MOM[^\n]{0,40}(failed|rejected|timeout)",
        "a node stopped responding: check it; requeue"),
     # Slurm's own node reasons and states (upper case: `sinfo -R`, `scontrol show node`).
     _r("slurm-node-down", NO, 88, r"Node unexpectedly re[a-z]{0,6}\b|\bNot responding\b|\bdown\* |allocated node +[^\n ]+ is in state Down\b",
@@ -333,6 +341,10 @@ RULES: tuple[Rule, ...] = (
     # waited on a notify record its peer never sent).
     _r("hccl-timeout", NC, 60, r"\bEI0002\b|The wait execution of the Notify register times out|HCCL[^\n]{0,60}\b(timed out|timeout|time out)\b",
        "an HCCL collective timed out: a peer rank exited or hung; find it (and its node) before requeueing"),
+    # AWS Neuron's collective library (CCOM, the Neuron runtime's NCCL) waiting at bootstrap or on a
+    # peer's data: a rank that never arrived or stopped sending, as NCCL's timeouts.
+    _r("neuron-ccom-timeout", NC, 60, r"CCOM WARN Timeout waiting for|\bCCOM\b[^\n]{0,60}\b(timed out|timeout)\b",
+       "a Neuron collective (CCOM) timed out waiting for a peer rank: find the rank (and node) that never arrived or hung before requeueing"),
     _r("nccl-ops-timed-out", NC, 58, r"Some NCCL operations have failed or timed out",
        "NCCL operations timed out: check the other ranks and nodes"),
     _r("c10d-store-timeout", NC, 57, r"DistStoreError|Timed out after [0-9]+ seconds waiting for clients|Socket Timeout|wait timeout after [0-9]+ms",
@@ -710,6 +722,11 @@ RULES: tuple[Rule, ...] = (
     # ...`): CUDA's illegal address on AMD, a kernel's bad pointer or the driver stack under it.
     _r("gpu-memory-access-fault", SW, 44, r"Memory access fault by GPU node-[0-9]+",
        "the GPU faulted on an address its kernel may not touch: a pointer bug (a host pointer passed to the device) or the ROCm driver stack; a failing GPU check on the node means the card", confidence=0.7),
+    # A compiler that crashed on the job's graph or extension (neuronx-cc's "Internal Compiler Error",
+    # gcc's `internal compiler error: in ..., at ...`): a bug in the compiler to report with the input.
+    # Not `internal compiler error: Killed`, the OOM killer's (launcher-child-sigkilled).
+    _r("compiler-internal-error", SW, 44, r"An Internal Compiler Error has occurred|\bCompilerInternalError\b|internal compiler error: (in [A-Za-z_0-9]+, at |Segmentation fault)",
+       "the compiler crashed on this graph/source (internal compiler error): report it with the input; try another compiler version or a smaller graph"),
     _r("py-{1}", SW, 45,
        r"\b(ZeroDivisionError|KeyError|IndexError|TypeError|ValueError|AttributeError|NameError|AssertionError|NotImplementedError|UnboundLocalError|RecursionError|FileNotFoundError|PermissionError|IsADirectoryError|JSONDecodeError|UnicodeDecodeError|SyntaxError|IndentationError|StopIteration|OverflowError|LookupError)\b(: |:$|$)",
        USER, caseless=False),

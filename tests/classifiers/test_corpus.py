@@ -91,8 +91,8 @@ def _rounds(tmp_path, keep) -> Path:
 
 
 def test_second_corpus_of_real_excerpts_from_other_threads(tmp_path) -> None:
-    """1,602 excerpts from threads and documents outside the dev set (see harvest-README.md), rounds A-AQ."""
-    assert evaluate_corpus(HARVEST).total == 1602
+    """1,628 excerpts from threads and documents outside the dev set (see harvest-README.md), rounds A-AR."""
+    assert evaluate_corpus(HARVEST).total == 1628
     # Rounds A-H (308 rows): floors just under today's figures (accuracy 0.860; 0.984 unambiguous).
     report = evaluate_corpus(_rounds(tmp_path, lambda r: r not in {row[0] for row in ROUND_FLOORS}))
     assert report.total == 308
@@ -365,6 +365,14 @@ ROUND_FLOORS: list[tuple[str, int, float, float]] = [
     # `CUDA runtime error: out of memory`, OpenCL's and Vulkan's device-allocation codes, a cloud quota
     # refusal behind a DOWN node, Kubernetes' active-deadline message): 0.649 (0.867), macro-F1 0.624.
     ("AQ", 37, 0.649 - 1e-3, 0.867 - 1e-3),
+    # Round AR (26 rows, 17 ambiguous; 2026-12-08): LLM pre-training frameworks, non-CUDA accelerator
+    # stacks (Neuron, Gaudi, Tenstorrent, MLX), multimodal training, embedding/quantization/MoE codes,
+    # other batch systems and time-series/federated codes; scored on a frozen copy of commit 8c2e28d
+    # before anything was changed for it: 0.615 (0.778 unambiguous), macro-F1 0.692; rules alone the
+    # same. After its families (recurring loss spikes that end the series, Neuron CCOM timeouts, an
+    # accelerator that does not come back after a reset, Torque's MOM unreachable, a compiler's
+    # internal error): 0.846 (0.889), macro-F1 0.916.
+    ("AR", 26, 0.846 - 1e-3, 0.889 - 1e-3),
 ]
 
 

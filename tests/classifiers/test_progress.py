@@ -80,6 +80,18 @@ def test_divergence_is_judged_against_the_loss_after_warm_up(fmt) -> None:
     assert _sigs(fmt([15.5, 14.0, 13.0, 12.0, 3.0, 2.5, 2.4, 6.5, 2.3, 2.2])) == []
 
 
+@pytest.mark.parametrize("fmt", [_megatron, _hf, _plain])
+def test_recurring_spikes_that_end_the_series_are_divergence(fmt) -> None:
+    """A LoRA run steady at 0.25 spikes to 4.3, sits near 0.8, and its last loss is 6.7: the losses
+    between the spikes raise a running median, so the level before the first spike is the baseline.
+    One spike, or spikes that come back down, or a lone last spike stay noise."""
+    base = [0.28, 0.26, 0.24, 0.25, 0.27, 0.24, 0.26]
+    assert _sigs(fmt(base + [0.66, 0.80, 4.27, 0.77, 0.56, 0.82, 6.66])) == ["loss-diverged"]
+    assert _sigs(fmt(base + [0.66, 0.80, 4.27, 0.77, 0.56, 6.66, 0.30, 0.27])) == []
+    assert _sigs(fmt(base + [0.26, 0.25, 0.27, 0.24, 0.26, 0.25, 6.66])) == []
+    assert _sigs(fmt(base + [0.26, 4.27, 0.27, 0.24, 0.26, 0.25, 0.26])) == []
+
+
 def test_rising_loss_during_warmup_only_is_not_divergence() -> None:
     assert _sigs(_plain([2.0, 4.5, 6.0, 5.0, 4.2, 3.9, 3.6, 3.5, 3.3, 3.2])) == []
 

@@ -46,13 +46,16 @@ STATE_RULES: dict[str, FactRule] = {
 }
 
 # Signals by number, when nothing in the log says more: cause and hint from the shared table
-# (signal_meaning.py); a fact weighs less than a line the job printed, a kill or term least.
-_SIGNAL_WEIGHT: dict[int, tuple[int, float]] = {11: (24, 0.7), 6: (24, 0.7), 7: (24, 0.6), 4: (24, 0.7),
-                                               8: (24, 0.7), 9: (19, 0.5), 15: (19, 0.4)}
+# (signal_meaning.py), so a new signal there needs no row here. A fact weighs less than a line the
+# job printed (priority 24); a kill or a term least (anyone may send those), and a bus error is
+# less sure of its cause than the other crashes.
+_DEFAULT_WEIGHT = (24, 0.7)  # (priority, confidence)
+_WEIGHTS: dict[int, tuple[int, float]] = {9: (19, 0.5), 15: (19, 0.4), 7: (24, 0.6)}
 SIGNAL_RULES: dict[int, FactRule] = {
-    number: FactRule(signature=f"signal-{number}-{SIGNALS[number].name}", cause=SIGNALS[number].cause,
-                     priority=priority, confidence=confidence, hint=SIGNALS[number].hint)
-    for number, (priority, confidence) in _SIGNAL_WEIGHT.items()
+    number: FactRule(signature=f"signal-{number}-{meaning.name}", cause=meaning.cause,
+                     priority=_WEIGHTS.get(number, _DEFAULT_WEIGHT)[0],
+                     confidence=_WEIGHTS.get(number, _DEFAULT_WEIGHT)[1], hint=meaning.hint)
+    for number, meaning in SIGNALS.items()
 }
 
 EXIT_ZERO = FactRule(signature="exit-0", cause=Cause.SUCCESS, priority=35, confidence=0.85,

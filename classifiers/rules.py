@@ -360,8 +360,10 @@ RULES: tuple[Rule, ...] = (
     _r("kernel-oom-report", HO, 84, r"Killed process [0-9]+ \([^\n)]{1,40}\) total-vm|oom_reaper: reaped process|Out of memory and no killable processes|Free swap += 0kB",
        "the kernel ran out of RAM (its OOM report): ask the user to lower memory use or request more --mem", confidence=0.75),
     # sacct cuts a state to its column: OUT_OF_MEMORY prints as `OUT_OF_ME+` at the default width.
-    _r("slurm-oom-kill", HO, 88, r"oom[-_]kill event|out-of-memory handler|(^|[^\n_A-Za-z])OUT_OF_(MEMORY|ME\+)|task [0-9]+: Out Of Memory|OOMKilled",
-       "Slurm killed the job for exceeding its memory: request more --mem or reduce usage"),
+    # Case-sensitive: Slurm spells its state OUT_OF_MEMORY in capitals, and RAPIDS' device allocator
+    # throws `rmm::out_of_memory` ("out_of_memory: CUDA error at: ...", framework-gpu-oom) in lower case.
+    _r("slurm-oom-kill", HO, 88, r"[Oo][Oo][Mm][-_]kill event|out-of-memory handler|(^|[^\n_A-Za-z])OUT_OF_(MEMORY|ME\+)|task [0-9]+: Out Of Memory|OOMKilled",
+       "Slurm killed the job for exceeding its memory: request more --mem or reduce usage", caseless=False),
     # HPE Cray's node memory monitor says `under_oom detected` while the job's cgroup sits at its limit.
     _r("memory-limit-exceeded", HO, 84, r"Exceeded (job|step) memory limit|low on resource: memory|memory limit exceeded|Memory limit reached|under_oom detected",
        "the job went over its memory limit: request more --mem or reduce host memory use"),
@@ -441,13 +443,14 @@ RULES: tuple[Rule, ...] = (
     # `CUDA error !!!!! <out of memory>`); CUDA's error string for cudaErrorMemoryAllocation ("out of
     # memory") reported at a `.cu` source line (HugeCTR's `Runtime error: out of memory .../metrics.cu:461`);
     # Thrust/CUB algorithms on the CUDA backend throwing system_error `parallel_for failed: out of memory`;
-    # a C++ runtime's wrapper of the same string (TurboMind's `CUDA runtime error: out of memory`).
+    # a C++ runtime's wrapper of the same string (TurboMind's `CUDA runtime error: out of memory`);
+    # RAPIDS Memory Manager's rmm::out_of_memory (cuDF, cuML, Dask-CUDA workers).
     # The other GPU APIs' own codes for a failed device allocation: OpenCL's
     # CL_MEM_OBJECT_ALLOCATION_FAILURE (OpenCL 3.0 API spec, "failure to allocate memory for buffer
     # object"; not CL_OUT_OF_RESOURCES, which NVIDIA's OpenCL also returns for a crashed kernel) and
     # Vulkan's VK_ERROR_OUT_OF_DEVICE_MEMORY (Vulkan spec, "a device memory allocation has failed";
     # vulkan.hpp spells it ErrorOutOfDeviceMemory).
-    _r("framework-gpu-oom", CO, 81, r"CUDA error[ !<(\[]{1,12}out of memory|CUDA (runtime|driver) error[^\n]{0,8}: out of memory|CL_MEM_OBJECT_ALLOCATION_FAILURE|VK_ERROR_OUT_OF_DEVICE_MEMORY|ErrorOutOfDeviceMemory|\bout of memory[^\n]{0,200}\.cuh?:[0-9]+|thrust::system::detail::bad_alloc|\b(parallel_for|for_each|transform|reduce|scan|sort|copy|fill|get_temporary_buffer)[a-z_:]* failed[^\n]{0,40}: out of memory|(cudaMalloc|cuMemAlloc)( retry)? failed[^\n]{0,40}out of memory|cudaMalloc\([^\n]{0,80}\) failed with error out of memor|GPUassert: out of memory|CUDA error 2\b[^\n]{0,200}out of memory|(memory )?allocation on (the )?(device|GPU) failed|(device|GPU) memory allocation failed|failed to allocate (device|GPU) memory|Out of memory error on GPU|CUDA failure 2: out of memory|cudaSuccess \(2 vs\. 0\) +out of memory|out of memory on (GPU|device) [0-9]|Out of memory allocating [0-9]+ bytes of device memory|total/free CUDA memory: [0-9]+/[0-9]+|rtMalloc execute failed, reason=\[driver error:out of memory\]|halMemAlloc failed[^\n]{0,120}drvRetCode=6\b|MODULE:(SYNHELPER|PT_DEVMEM)[^\n]{0,40}Allocation (of size ::[0-9]+ )?failed",
+    _r("framework-gpu-oom", CO, 81, r"CUDA error[ !<(\[]{1,12}out of memory|CUDA (runtime|driver) error[^\n]{0,8}: out of memory|rmm::out_of_memory|\bout_of_memory: CUDA error at|CL_MEM_OBJECT_ALLOCATION_FAILURE|VK_ERROR_OUT_OF_DEVICE_MEMORY|ErrorOutOfDeviceMemory|\bout of memory[^\n]{0,200}\.cuh?:[0-9]+|thrust::system::detail::bad_alloc|\b(parallel_for|for_each|transform|reduce|scan|sort|copy|fill|get_temporary_buffer)[a-z_:]* failed[^\n]{0,40}: out of memory|(cudaMalloc|cuMemAlloc)( retry)? failed[^\n]{0,40}out of memory|cudaMalloc\([^\n]{0,80}\) failed with error out of memor|GPUassert: out of memory|CUDA error 2\b[^\n]{0,200}out of memory|(memory )?allocation on (the )?(device|GPU) failed|(device|GPU) memory allocation failed|failed to allocate (device|GPU) memory|Out of memory error on GPU|CUDA failure 2: out of memory|cudaSuccess \(2 vs\. 0\) +out of memory|out of memory on (GPU|device) [0-9]|Out of memory allocating [0-9]+ bytes of device memory|total/free CUDA memory: [0-9]+/[0-9]+|rtMalloc execute failed, reason=\[driver error:out of memory\]|halMemAlloc failed[^\n]{0,120}drvRetCode=6\b|MODULE:(SYNHELPER|PT_DEVMEM)[^\n]{0,40}Allocation (of size ::[0-9]+ )?failed",
        "GPU memory exhausted: smaller batch or model"),
     # A training or inference loop that catches the framework's device OOM and skips the batch (fairseq's
     # `| WARNING: ran out of memory, skipping batch`, Boltz's predictor): host RAM running out cannot be
@@ -477,8 +480,10 @@ RULES: tuple[Rule, ...] = (
        "stale NFS handle: the file server remounted/failed; check the mount on the node"),
     _r("read-only-fs", IO, 74, r"Read-only file system|\[Errno 30\]",
        "filesystem went read-only (often after disk errors): check the node's storage"),
-    # fsspec (s3fs, gcsfs, HTTP datasets streamed from an object store) gives up on a stalled read.
-    _r("object-store-timeout", IO, 74, r"FSTimeoutError",
+    # fsspec (s3fs, gcsfs, HTTP datasets streamed from an object store) gives up on a stalled read; a
+    # FUSE filesystem over an object store (JuiceFS) logs its slice reads, chunk uploads and flushes
+    # timing out when the store behind it is slow or failing.
+    _r("object-store-timeout", IO, 74, r"FSTimeoutError|juicefs\[[0-9]+\] <(WARNING|ERROR)>: [^\n]{0,120}timeout after",
        "a read from the object store timed out (fsspec/s3fs): a dropped long-lived connection; retry, cache the data locally"),
     # ECOMM (`Communication error on send`) is what a BeeGFS client returns when a storage server
     # is gone; its quota tool names the offline storage target.
@@ -499,7 +504,10 @@ RULES: tuple[Rule, ...] = (
     # TensorFlow reports a checkpoint write on a full disk as "Resource exhausted: <path>.tempstate".
     _r("tf-checkpoint-write-exhausted", IO, 76, r"Resource exhausted: [^\n]{0,300}tempstate",
        "a checkpoint write failed (TensorFlow: usually a full disk or quota): free space, check quotas"),
-    _r("corrupt-checkpoint", IO, 66, r"failed finding central directory|PytorchStreamReader failed|unexpected EOF|file might be corrupted|truncated file|storage has wrong size|HeaderTooLarge|Error while deserializing header",
+    # A data shard cut short (WebDataset's tar shards: tarfile.ReadError; gzip/bz2/lzma streams ended
+    # early) is the same fault in the input: not `unexpected end of data` alone, which is also a
+    # UnicodeDecodeError's wording.
+    _r("corrupt-checkpoint", IO, 66, r"tarfile\.ReadError|Compressed file ended before the end-of-stream marker|failed finding central directory|PytorchStreamReader failed|unexpected EOF|file might be corrupted|truncated file|storage has wrong size|HeaderTooLarge|Error while deserializing header",
        "a checkpoint/data file is truncated or corrupt: check the writer and free space", confidence=0.7),
     # --- Environment -----------------------------------------------------------------------------
     # A kernel module that will not load (built for another kernel or another ZFS/OFED, missing

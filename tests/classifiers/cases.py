@@ -154,6 +154,8 @@ CASES: list[tuple[str, str, str]] = [
     ("[2024-03-02 10:11:12.101]  ocl  error CL_MEM_OBJECT_ALLOCATION_FAILURE when calling clCreateBuffer with buffer size 4294967296", "cuda_oom", "framework-gpu-oom"),
     ("ggml_vulkan: Device memory allocation of size 1073741824 failed.\nggml_vulkan: vk::Device::allocateMemory: ErrorOutOfDeviceMemory", "cuda_oom", "framework-gpu-oom"),
     ("vkAllocateMemory returned VK_ERROR_OUT_OF_DEVICE_MEMORY", "cuda_oom", "framework-gpu-oom"),
+    ("distributed.worker - ERROR - std::bad_alloc: out_of_memory: CUDA error at: /opt/rmm/include/rmm/mr/device/cuda_memory_resource.hpp:70: cudaErrorMemoryAllocation out of memory", "cuda_oom", "framework-gpu-oom"),
+    ("MemoryError: std::bad_alloc: rmm::out_of_memory: Maximum pool size exceeded", "cuda_oom", "framework-gpu-oom"),
     ("  (ResourceExhausted) Out of memory error on GPU 0. Cannot allocate 1.531250GB memory on GPU 0", "cuda_oom", "framework-gpu-oom"),
     # Habana Gaudi's device allocator (synapse helper / PT device memory)
     ("RuntimeError: FATAL ERROR :: MODULE:SYNHELPER workspace Allocation of size ::14493510400 failed!", "cuda_oom", "framework-gpu-oom"),
@@ -192,6 +194,9 @@ CASES: list[tuple[str, str, str]] = [
     ("Message: The node was low on resource: ephemeral-storage. Container trainer was using 120Gi, which exceeds its request of 0.", "storage_io", "evicted-disk-pressure"),
     ("RuntimeError: [enforce fail at inline_container.cc:445] . PytorchStreamWriter failed writing file data/176: file write failed", "storage_io", "file-write-failed"),
     ("RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory", "storage_io", "corrupt-checkpoint"),
+    ("tarfile.ReadError: (\"unexpected end of data @ <_io.BufferedReader name='shards/train-000412.tar'>\", {'__url__': 'shards/train-000412.tar'})", "storage_io", "corrupt-checkpoint"),
+    ("EOFError: Compressed file ended before the end-of-stream marker was reached", "storage_io", "corrupt-checkpoint"),
+    ("UnicodeDecodeError: 'utf-8' codec can't decode byte 0xe2 in position 4095: unexpected end of data", "software_bug", "py-UnicodeDecodeError"),
     ("safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooLarge", "storage_io", "corrupt-checkpoint"),
     ("RuntimeError: storage has wrong size: expected 0 got 512", "storage_io", "corrupt-checkpoint"),
     ("W tensorflow/core/framework/op_kernel.cc:1158] Resource exhausted: /runs/a/model.ckpt-2000.data-00000-of-00001.tempstate13881274976169662731", "storage_io", "tf-checkpoint-write-exhausted"),
@@ -481,6 +486,8 @@ CASES: list[tuple[str, str, str]] = [
     (" SUCCESS COMPLETE WRF", "success", "training-complete"),
     ("gpu03:812:901 [0] misc/shmutils.cc:88 NCCL WARN Error: failed to extend /dev/shm/nccl-Xy12Ab to 9637892 bytes, error: No space left on device (28)", "host_oom", "nccl-shm-exhausted"),
     ("fsspec.exceptions.FSTimeoutError", "storage_io", "object-store-timeout"),
+    ("2024/05/02 11:20:40.506225 juicefs[4417] <WARNING>: fail to read sliceId 8812 (off:0, size:4096, clen: 5711): timeout after 1m0s [reader.go:799]", "storage_io", "object-store-timeout"),
+    ("2024/05/02 11:21:23.245840 juicefs[4417] <ERROR>: flush 580362 timeout after waited 5m0s", "storage_io", "object-store-timeout"),
     ("x1002c0s3b0n0.hsn.cm.aurora.alcf.anl.gov: rank 12 died from signal 6", "crash_signal", "sigabrt"),
     # round Y's families
     ("OSError: Not enough disk space. Needed: 1.21 GiB (download: 420.00 MiB, generated: 800.00 MiB, post-processed: Unknown size)", "storage_io", "no-space-left"),

@@ -613,12 +613,15 @@ RULES: tuple[Rule, ...] = (
     _r("loss-nan", NU, 70, r"(loss|grad[ _]?norm|gnorm)[a-z_'\" ]{0,24}(is|=|:|became)? ?[-+]?(nan|inf)\b|loss became (infinite|nan)|nan loss|non-finite loss",
        "the loss diverged (NaN/Inf): lower LR, check data, use bf16/loss scaling; do not requeue as-is"),
     # A bare metrics row (`76980 nan`: a step, then a value that is NaN/Inf and only numbers after):
-    # loggers that print step and loss as columns, without the word loss.
-    _r("metrics-row-nan", NU, 68, r"^[ \t]*[0-9]+[ \t,|]+[-+]?(nan|inf)\b[-+0-9.e \t,|naif]*$",
+    # loggers that print step and loss as columns, without the word loss (DeepXDE brackets each
+    # loss term: `2000  [nan]  [nan]  [nan]`).
+    _r("metrics-row-nan", NU, 68, r"^[ \t]*[0-9]+[ \t,|]+\[?[-+]?(nan|inf)\b[-+0-9.e \t,|naif\[\]]*$",
        "a printed metrics row turned NaN/Inf: lower the learning rate, check fp16 loss scaling, skip bad batches",
        confidence=0.7),
-    # MLPerf's reference implementations stop a run whose quality collapsed and print "MODEL DIVERGED".
-    _r("model-diverged", NU, 70, r"\bMODEL DIVERGED\b", "the training diverged (the framework's own check stopped it): lower the learning rate, check the data", caseless=False),
+    # MLPerf's reference implementations stop a run whose quality collapsed and print "MODEL DIVERGED";
+    # Tacotron-2/WaveNet's trainers stop on their own check (`Loss exploded to 378655.875 at step`);
+    # SciPy's L-BFGS (DeepXDE, TF's ScipyOptimizerInterface) reports `Objective function value: nan`.
+    _r("model-diverged", NU, 70, r"\bMODEL DIVERGED\b|\b[Ll]oss exploded\b|Objective function value: [-+]?(nan|inf)\b", "the training diverged (the framework's own check stopped it): lower the learning rate, check the data", caseless=False),
     # torch.distributions' Real() constraint fails only on NaN (it is x == x), and torch.normal refuses
     # a NaN std the same way: an RL policy or a VAE whose outputs went NaN ("Expected parameter loc
     # ... to satisfy the constraint Real(), but found invalid values", "normal expects all elements

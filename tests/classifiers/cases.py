@@ -287,6 +287,7 @@ CASES: list[tuple[str, str, str]] = [
     ("ValueError: Encountered NaN in the loss at step 812", "numerical", "nan-detected"),
     ("FloatingPointError: Loss became infinite or NaN at iteration=2137!", "numerical", "loss-nan"),
     ("12000 2.4187\n12010 nan\n12020 nan", "numerical", "metrics-row-nan"),
+    ("Step      Train loss    Test loss     Test metric\n1000      [3.12e+01]    [3.40e+01]    []\n2000      [nan]         [nan]         []", "numerical", "metrics-row-nan"),
     ("step,loss,lr\n500,3.2104,0.0003\n510,inf,0.0003", "numerical", "metrics-row-nan"),
     ("FloatingPointError: gradients are non-finite", "numerical", "py-FloatingPointError"),
     # Preemption / cancellation
@@ -550,6 +551,8 @@ CASES: list[tuple[str, str, str]] = [
     ("Exception: Version mismatch: The cluster was started with:\n    Ray: 0.8.0\n    Python: 3.6.5", "environment", "package-version-incompatible"),
     ("FATAL:   Unable to handle docker://lab/tool:1.0 uri: reading manifest 1.0 in docker.io/lab/tool: toomanyrequests: You have reached your pull rate limit.", "environment", "container-runtime-failed"),
     ("MODEL DIVERGED\n:::MLLOG {\"key\": \"run_stop\", \"value\": null, \"metadata\": {\"status\": \"aborted\"}}", "numerical", "model-diverged"),
+    ("Loss exploded to 412093.06250 at step 58210\nExiting due to exception: Loss exploded\nTraceback (most recent call last):\nException: Loss exploded", "numerical", "model-diverged"),
+    ("INFO:tensorflow:Optimization terminated with:\n  Message: STOP: TOTAL NO. of ITERATIONS REACHED LIMIT\n  Objective function value: nan", "numerical", "model-diverged"),
     (':::MLLOG {"namespace": "", "event_type": "INTERVAL_END", "key": "run_stop", "value": null, "metadata": {"file": "fit.py", "lineno": 1051, "status": "success"}}', "success", "run-stop-success"),
     (':::MLLOG {"namespace": "", "time_ms": 1714978963120, "event_type": "POINT_IN_TIME", "key": "status", "value": "success", "metadata": {"file": "train.py", "lineno": 775}}', "success", "run-stop-success"),
     # round AF's families

@@ -378,8 +378,15 @@ RULES: tuple[Rule, ...] = (
        "host RAM exhausted (TensorFlow allocating on the CPU): reduce batch/model size or request more --mem"),
     _r("dataloader-killed", HO, 82, r"DataLoader worker[^\n]{0,60}killed by signal: Killed",
        "a DataLoader worker was OOM-killed: fewer workers or less host memory per worker"),
-    _r("dataloader-shm", HO, 80, r"out of shared memory|insufficient shared memory|raise your shared memory limit|DataLoader worker[^\n]{0,60}killed by signal: Bus|No space left on device[^\n]{0,80}shm|/dev/shm",
+    # PaddlePaddle's DataLoader workers map their batches in /dev/shm (mmap_allocator.cc): `Memory map
+    # failed when create shared memory` is the same full /dev/shm.
+    _r("dataloader-shm", HO, 80, r"Memory map failed when create shared memory|out of shared memory|insufficient shared memory|raise your shared memory limit|DataLoader worker[^\n]{0,60}killed by signal: Bus|No space left on device[^\n]{0,80}shm|/dev/shm",
        "shared memory (/dev/shm) exhausted: raise shm size or use fewer DataLoader workers"),
+    # Dask's nanny restarts a worker that passes its memory limit's terminate fraction (95% by default,
+    # distributed.worker.memory.terminate; Dask docs, "Worker memory management"): host RAM.
+    _r("dask-worker-memory", HO, 79, r"exceeded [0-9]+% memory budget",
+       "a Dask worker ran past its memory limit and its nanny restarted it: give workers more memory (or fewer "
+       "threads each), or split the work into smaller partitions"),
     # POSIX semaphores and torch's shared CPU storage live in /dev/shm: "No space left on device"
     # raised while creating one (a SemLock frame, a /torch_ shm file) is shared memory, not a disk.
     _r("shm-object-exhausted", HO, 79,
@@ -444,13 +451,14 @@ RULES: tuple[Rule, ...] = (
     # memory") reported at a `.cu` source line (HugeCTR's `Runtime error: out of memory .../metrics.cu:461`);
     # Thrust/CUB algorithms on the CUDA backend throwing system_error `parallel_for failed: out of memory`;
     # a C++ runtime's wrapper of the same string (TurboMind's `CUDA runtime error: out of memory`);
-    # RAPIDS Memory Manager's rmm::out_of_memory (cuDF, cuML, Dask-CUDA workers).
+    # RAPIDS Memory Manager's rmm::out_of_memory (cuDF, cuML, Dask-CUDA workers); MXNet's mshadow
+    # CHECK on a failed allocation (`Check failed: e == cudaSuccess: CUDA: out of memory`).
     # The other GPU APIs' own codes for a failed device allocation: OpenCL's
     # CL_MEM_OBJECT_ALLOCATION_FAILURE (OpenCL 3.0 API spec, "failure to allocate memory for buffer
     # object"; not CL_OUT_OF_RESOURCES, which NVIDIA's OpenCL also returns for a crashed kernel) and
     # Vulkan's VK_ERROR_OUT_OF_DEVICE_MEMORY (Vulkan spec, "a device memory allocation has failed";
     # vulkan.hpp spells it ErrorOutOfDeviceMemory).
-    _r("framework-gpu-oom", CO, 81, r"CUDA error[ !<(\[]{1,12}out of memory|CUDA (runtime|driver) error[^\n]{0,8}: out of memory|rmm::out_of_memory|\bout_of_memory: CUDA error at|CL_MEM_OBJECT_ALLOCATION_FAILURE|VK_ERROR_OUT_OF_DEVICE_MEMORY|ErrorOutOfDeviceMemory|\bout of memory[^\n]{0,200}\.cuh?:[0-9]+|thrust::system::detail::bad_alloc|\b(parallel_for|for_each|transform|reduce|scan|sort|copy|fill|get_temporary_buffer)[a-z_:]* failed[^\n]{0,40}: out of memory|(cudaMalloc|cuMemAlloc)( retry)? failed[^\n]{0,40}out of memory|cudaMalloc\([^\n]{0,80}\) failed with error out of memor|GPUassert: out of memory|CUDA error 2\b[^\n]{0,200}out of memory|(memory )?allocation on (the )?(device|GPU) failed|(device|GPU) memory allocation failed|failed to allocate (device|GPU) memory|Out of memory error on GPU|CUDA failure 2: out of memory|cudaSuccess \(2 vs\. 0\) +out of memory|out of memory on (GPU|device) [0-9]|Out of memory allocating [0-9]+ bytes of device memory|total/free CUDA memory: [0-9]+/[0-9]+|rtMalloc execute failed, reason=\[driver error:out of memory\]|halMemAlloc failed[^\n]{0,120}drvRetCode=6\b|MODULE:(SYNHELPER|PT_DEVMEM)[^\n]{0,40}Allocation (of size ::[0-9]+ )?failed",
+    _r("framework-gpu-oom", CO, 81, r"CUDA error[ !<(\[]{1,12}out of memory|CUDA (runtime|driver) error[^\n]{0,8}: out of memory|rmm::out_of_memory|\bout_of_memory: CUDA error at|\bCUDA: out of memory\b|CL_MEM_OBJECT_ALLOCATION_FAILURE|VK_ERROR_OUT_OF_DEVICE_MEMORY|ErrorOutOfDeviceMemory|\bout of memory[^\n]{0,200}\.cuh?:[0-9]+|thrust::system::detail::bad_alloc|\b(parallel_for|for_each|transform|reduce|scan|sort|copy|fill|get_temporary_buffer)[a-z_:]* failed[^\n]{0,40}: out of memory|(cudaMalloc|cuMemAlloc)( retry)? failed[^\n]{0,40}out of memory|cudaMalloc\([^\n]{0,80}\) failed with error out of memor|GPUassert: out of memory|CUDA error 2\b[^\n]{0,200}out of memory|(memory )?allocation on (the )?(device|GPU) failed|(device|GPU) memory allocation failed|failed to allocate (device|GPU) memory|Out of memory error on GPU|CUDA failure 2: out of memory|cudaSuccess \(2 vs\. 0\) +out of memory|out of memory on (GPU|device) [0-9]|Out of memory allocating [0-9]+ bytes of device memory|total/free CUDA memory: [0-9]+/[0-9]+|rtMalloc execute failed, reason=\[driver error:out of memory\]|halMemAlloc failed[^\n]{0,120}drvRetCode=6\b|MODULE:(SYNHELPER|PT_DEVMEM)[^\n]{0,40}Allocation (of size ::[0-9]+ )?failed",
        "GPU memory exhausted: smaller batch or model"),
     # A training or inference loop that catches the framework's device OOM and skips the batch (fairseq's
     # `| WARNING: ran out of memory, skipping batch`, Boltz's predictor): host RAM running out cannot be
@@ -573,6 +581,11 @@ RULES: tuple[Rule, ...] = (
        "the open-files limit is too low for this job: raise ulimit -n or use fewer DataLoader workers"),
     # A package the job's set-up installs is not in its repositories (dnf/yum, apt, pip, conda):
     # the node's repositories, entitlement or index, or a version pin that does not exist.
+    # pip could not build a package from source on this node/image (a compiler, header or system
+    # library such as ffmpeg's is missing): pip's own summary lines.
+    _r("pip-build-failed", EN, 70, r"Failed building wheel for |ERROR: Could not build wheels for |Failed to build installable wheels for |^Failed to build [A-Za-z0-9_.\- ]+$",
+       "a Python package could not be built from source here (missing compiler, headers or a system library): "
+       "install the build dependency or use a prebuilt wheel/conda package"),
     _r("package-not-found", EN, 72, r"Error: Unable to find a match: |E: Unable to locate package |No package [^\n ]{1,80} available|Could not find a version that satisfies the requirement|PackagesNotFoundError: |No matching distribution found for ",
        "a package the job installs is not in its repositories (repo, entitlement, index or version pin): fix the node's / image's package sources"),
     # cudaErrorNotSupported (801, CUDA Runtime API: "the attempted operation is not supported on
@@ -738,6 +751,12 @@ RULES: tuple[Rule, ...] = (
     # Not `internal compiler error: Killed`, the OOM killer's (launcher-child-sigkilled).
     _r("compiler-internal-error", SW, 44, r"An Internal Compiler Error has occurred|\bCompilerInternalError\b|internal compiler error: (in [A-Za-z_0-9]+, at |Segmentation fault)",
        "the compiler crashed on this graph/source (internal compiler error): report it with the input; try another compiler version or a smaller graph"),
+    # A library refusing a keyword it does not take is, in a job that ran before or follows an example,
+    # an API from another version of that library than the code was written for (a moved nightly, an
+    # upstream package instead of the project's fork). Less sure than a version check's own words.
+    _r("unexpected-keyword-argument", EN, 46, r"TypeError[:(][^\n]{0,160}got an unexpected keyword argument",
+       "the code passes an argument the installed library does not take: it was written for another version of "
+       "that library; install the version (or fork) the code expects", confidence=0.6),
     _r("py-{1}", SW, 45,
        r"\b(ZeroDivisionError|KeyError|IndexError|TypeError|ValueError|AttributeError|NameError|AssertionError|NotImplementedError|UnboundLocalError|RecursionError|FileNotFoundError|PermissionError|IsADirectoryError|JSONDecodeError|UnicodeDecodeError|SyntaxError|IndentationError|StopIteration|OverflowError|LookupError)\b(: |:$|$)",
        USER, caseless=False),

@@ -116,6 +116,8 @@ CASES: list[tuple[str, str, str]] = [
     ("(raylet) node_manager.cc:3277: 2 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons", "host_oom", "ray-memory-monitor"),
     ("Resource exhausted: OOM when allocating tensor with shape[1024,50257] and type float on /job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu", "host_oom", "tf-host-oom"),
     ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).", "host_oom", "dataloader-shm"),
+    ("RuntimeError: (Unavailable) Memory map failed when create shared memory.\n  [Hint: Expected ptr != ((void *) -1), but received ptr:0xffffffffffffffff.] (at /paddle/paddle/fluid/memory/allocation/mmap_allocator.cc:81)", "host_oom", "dataloader-shm"),
+    ("distributed.nanny - WARNING - Worker exceeded 95% memory budget. Restarting\ndistributed.nanny - WARNING - Restarting worker", "host_oom", "dask-worker-memory"),
     # /dev/shm exhaustion is host memory, not storage, even when it says "No space left on device"
     ("    sl = self._semlock = _multiprocessing.SemLock(\nOSError: [Errno 28] No space left on device", "host_oom", "shm-object-exhausted"),
     ("  File \"/usr/lib/python3.10/multiprocessing/synchronize.py\", line 162, in __init__\n    SemLock.__init__(self, SEMAPHORE, 1, 1, ctx=ctx)\nOSError: [Errno 28] No space left on device", "host_oom", "shm-object-exhausted"),
@@ -150,6 +152,7 @@ CASES: list[tuple[str, str, str]] = [
     ("I tensorflow/core/common_runtime/bfc_allocator.cc:809]      Summary of in-use Chunks by size: ", "cuda_oom", "tf-bfc-oom"),
     # MXNet src/storage/pooled_storage_manager.h; PaddlePaddle's allocator message
     ("mxnet.base.MXNetError: [11:41:11] src/storage/./pooled_storage_manager.h:108: cudaMalloc failed: out of memory", "cuda_oom", "framework-gpu-oom"),
+    ("terminate called after throwing an instance of 'dmlc::Error'\n  what():  [09:12:44] src/storage/./stream_gpu-inl.h:198: Check failed: e == cudaSuccess: CUDA: out of memory", "cuda_oom", "framework-gpu-oom"),
     ("RuntimeError: [ERROR] CUDA runtime error: out of memory /src/engine/utils/allocator.h:231", "cuda_oom", "framework-gpu-oom"),
     ("[2024-03-02 10:11:12.101]  ocl  error CL_MEM_OBJECT_ALLOCATION_FAILURE when calling clCreateBuffer with buffer size 4294967296", "cuda_oom", "framework-gpu-oom"),
     ("ggml_vulkan: Device memory allocation of size 1073741824 failed.\nggml_vulkan: vk::Device::allocateMemory: ErrorOutOfDeviceMemory", "cuda_oom", "framework-gpu-oom"),
@@ -481,6 +484,10 @@ CASES: list[tuple[str, str, str]] = [
     ("MPIDI_CRAY_init: GPU_SUPPORT_ENABLED is requested, but GTL library is not linked", "environment", "mpi-init-failed"),
     ("PMIX ERROR: PMIX_ERR_NOT_FOUND in file dstore_base.c at line 1567", "success", "pmix-error-print"),
     ("E: Unable to locate package cuda-toolkit-12-4", "environment", "package-not-found"),
+    ("  error: subprocess-exited-with-error\n  Failed to build av\nERROR: Failed to build installable wheels for some pyproject.toml based projects (av)", "environment", "pip-build-failed"),
+    ("  Building wheel for flash-attn (setup.py) ... error\n  ERROR: Failed building wheel for flash-attn", "environment", "pip-build-failed"),
+    ("[rank0]:     pipe = pipeline(\n[rank0]: TypeError: pipeline() got an unexpected keyword argument 'mb_args'", "environment", "unexpected-keyword-argument"),
+    ("Error in call to target 'model.unet.ConditionalUnet1D':\nTypeError(\"ConditionalUnet1D.__init__() got an unexpected keyword argument 'use_dropout'\")", "environment", "unexpected-keyword-argument"),
     ("ERROR: Could not find a version that satisfies the requirement torch==2.9.9+cu128 (from versions: none)", "environment", "package-not-found"),
     ("RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling NumCudaDevices() that might have already set an error? Error 802: system not yet initialized", "environment", "driver-too-old"),
     ("tensorflow.python.framework.errors_impl.ResourceExhaustedError: /scratch/ckpt/model.ckpt-300.data-00000-of-00001.tempstate; No space left on device [Op:SaveV2]", "storage_io", "tf-exhausted-disk"),

@@ -583,9 +583,10 @@ RULES: tuple[Rule, ...] = (
     # the node's repositories, entitlement or index, or a version pin that does not exist.
     # pip could not build a package from source on this node/image (a compiler, header or system
     # library such as ffmpeg's is missing): pip's own summary lines.
-    _r("pip-build-failed", EN, 70, r"Failed building wheel for |ERROR: Could not build wheels for |Failed to build installable wheels for |^Failed to build [A-Za-z0-9_.\- ]+$",
+    # Not a bare `Failed to build X`: TensorRT says that of an engine.
+    _r("pip-build-failed", EN, 70, r"Failed building wheel for |ERROR: Could not build wheels for |Failed to build installable wheels for ",
        "a Python package could not be built from source here (missing compiler, headers or a system library): "
-       "install the build dependency or use a prebuilt wheel/conda package"),
+       "install the build dependency or use a prebuilt wheel/conda package", caseless=False),
     _r("package-not-found", EN, 72, r"Error: Unable to find a match: |E: Unable to locate package |No package [^\n ]{1,80} available|Could not find a version that satisfies the requirement|PackagesNotFoundError: |No matching distribution found for ",
        "a package the job installs is not in its repositories (repo, entitlement, index or version pin): fix the node's / image's package sources"),
     # cudaErrorNotSupported (801, CUDA Runtime API: "the attempted operation is not supported on

@@ -145,3 +145,12 @@ def test_a_signal_says_the_same_in_the_log_and_in_the_scheduler_facts(number: in
     assert from_log.cause == from_facts.cause == SIGNALS[number].cause
     assert hint_for(from_log.signature) == SIGNALS[number].hint
     assert from_facts.signature == f"signal-{number}-{SIGNALS[number].name}"
+
+
+def test_only_pip_s_own_build_summaries_are_a_failed_package_build() -> None:
+    # TensorRT says "Failed to build engine" of its engine, and a UnicodeDecodeError says
+    # "unexpected end of data": neither is a package build or a truncated shard.
+    trt = "[TRT] [E] 4: [network.cpp::validate::3100] Error Code 4: Internal Error\nFailed to build engine"
+    assert classify_text(trt).signature != "pip-build-failed"
+    assert classify_text("Failed to build av\nERROR: Failed to build installable wheels for some pyproject.toml "
+                         "based projects (av)").signature == "pip-build-failed"

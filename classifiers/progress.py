@@ -93,6 +93,7 @@ EXPLOSION_ABS = 100.0
 # A loss ten times the level before it is a spike, not step noise; one that comes back down is
 # noise, but a spike that recurs and is where the series ends is an instability that won.
 SPIKE_FACTOR = 10.0
+BASELINE_WINDOW = 50  # a loss is judged against the median of the ones printed just before it
 OVERFLOW_RUN = 6
 SMALL_SCALE = 64.0
 
@@ -273,9 +274,8 @@ def _diverged(losses: Sequence[_Point]) -> Finding | None:
     for i in range(warm, len(values)):
         # The baseline is the loss after warm-up: the first, high losses of a run that was still
         # learning would hide a later rise (15 -> 3 -> 2 -> 7 is a divergence, not a median of 8).
-        after_warm = values[max(warm, i - 50): i]
-        past = [p.value for p in (after_warm if len(after_warm) >= 2 else values[max(0, i - 50): i])]
-        base = median(past)
+        after_warm = values[max(warm, i - BASELINE_WINDOW): i]
+        base = median(p.value for p in after_warm) if len(after_warm) >= 2 else _level_before(values, i)
         if base <= 0:
             continue
         cur = values[i].value
@@ -297,12 +297,12 @@ def _spikes_to_the_end(values: Sequence[_Point], warm: int) -> Finding | None:
     """Loss spikes that recur, the last loss printed one of them (0.25 -> 4.3 -> 0.8 -> 6.7): the
     run's instability came back and was still there where the series ends. The baseline is the
     level before the first spike, which the elevated losses between spikes would otherwise raise."""
-    first = next((i for i in range(warm, len(values) - 1)
-                  if values[i].value >= SPIKE_FACTOR * _level_before(values, i)
-                  and values[i].value - _level_before(values, i) >= DIVERGENCE_ABS), None)
-    if first is None:
+    for first in range(warm, len(values) - 1):
+        base = _level_before(values, first)
+        if values[first].value >= SPIKE_FACTOR * base and values[first].value - base >= DIVERGENCE_ABS:
+            break
+    else:
         return None
-    base = _level_before(values, first)
     last = values[-1]
     if base <= 0 or last.value < SPIKE_FACTOR * base or last.value - base < DIVERGENCE_ABS:
         return None
@@ -312,7 +312,7 @@ def _spikes_to_the_end(values: Sequence[_Point], warm: int) -> Finding | None:
 
 
 def _level_before(values: Sequence[_Point], i: int) -> float:
-    return median(p.value for p in values[max(0, i - 50): i])
+    return median(p.value for p in values[max(0, i - BASELINE_WINDOW): i])
 
 
 def _exploded(values: Sequence[_Point]) -> Finding | None:
